@@ -1,0 +1,34 @@
+"""Shared pytest fixtures: where the real WebShop data lives, and one intra-op thread per process."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+#: Where the real 1k-product WebShop data and golden fixtures are read from. Override with APO_WEBSHOP_DATA.
+WEBSHOP_DATA = Path(os.environ.get("APO_WEBSHOP_DATA", REPO_ROOT.parent / "shared" / "webshop_data"))
+
+torch.set_num_threads(int(os.environ.get("APO_NUM_THREADS", "1")))
+
+
+@pytest.fixture(scope="session")
+def real_data_dir() -> Path:
+    """The real WebShop data directory; skips (or fails, when APO_REQUIRE_WEBSHOP_DATA=1) if it is absent."""
+    if not (WEBSHOP_DATA / "items_ins_v2_1000.json").is_file():
+        message = (
+            f"real WebShop data not found at {WEBSHOP_DATA} (expected items_ins_v2_1000.json there); "
+            "set APO_WEBSHOP_DATA to the folder that holds it"
+        )
+        if os.environ.get("APO_REQUIRE_WEBSHOP_DATA") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return WEBSHOP_DATA
+
+
+@pytest.fixture(scope="session")
+def golden_dir(real_data_dir: Path) -> Path:
+    """The golden fixtures made with the original WebShop code (see SOURCE.md beside them)."""
+    return real_data_dir / "golden"
