@@ -1,0 +1,18 @@
+"""WebShop (Yao et al., 2022) re-implemented in pure Python, faithful to the original text environment.
+
+    from apo_lightning.webshop import WebShop, WebShopEnv
+    shop = WebShop.load(data_dir, goals="synthetic", seed=233)
+    env = WebShopEnv(shop, observation_mode="text", max_steps=15)
+    obs = env.reset(goal_index)
+    obs, reward, done, info = env.step("search[red running shoes]")
+
+Files: ``catalog`` (raw files -> processed products, prices), ``goals`` (synthetic/human goals, splits),
+``search`` (Lucene-compatible BM25), ``pages`` (observations, clickables), ``reward``, ``shop`` (the loaded
+catalog), ``env`` (one session), ``synthetic`` (the generated default catalog), ``__main__`` (play / eval).
+"""
+
+from .catalog import WebShopDataError
+from .env import WebShopEnv, parse_action
+from .shop import WebShop
+
+__all__ = ["WebShop", "WebShopEnv", "WebShopDataError", "parse_action"]

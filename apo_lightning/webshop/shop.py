@@ -1,0 +1,190 @@
+"""``WebShop``: one loaded catalog with its prices, goals, search engine and reward — shared by many envs.
+
+This plays the part of the original's ``SimServer`` minus the per-session state (that lives in
+``WebShopEnv``): ``load_products`` + ``generate_product_prices`` + ``get_goals`` + the seed-233 shuffle +
+``init_search_engine`` (WEBSHOP_SPEC.md §1, §2, §4.5, §5).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from functools import lru_cache
+from pathlib import Path
+from typing import Mapping
+
+from .catalog import (
+    DataFiles,
+    WebShopDataError,
+    generate_product_prices,
+    load_doc_tokens,
+    load_products,
+    read_json,
+    search_document,
+)
+from .goals import human_goals, split_range, synthetic_goals
+from .reward import alphabetic_nouns, get_reward
+from .search import SearchEngine
+
+log = logging.getLogger(__name__)
+
+#: Where the embedded default (the synthetic catalog) is generated when no data directory is given.
+DEFAULT_SYNTHETIC_DIR = Path("data") / "synthetic" / "seed0"
+SEARCH_RETURN_N = 50  # engine.py: top-50 hits per query
+SPECIAL_PREFIXES = ("<r>", "<a>", "<c>", "<q>")
+
+
+class WebShop:
+    """A loaded WebShop catalog.
+
+    Attributes:
+        products: processed product dicts in file order.
+        product_by_asin: ASIN -> processed product.
+        prices: ASIN -> price in dollars (range prices sampled with the seeded RNG).
+        goals: the goal dicts in seed order (index i is goal i; splits are index ranges).
+        data_dir: the folder the files were read from.
+        goal_kind: "synthetic" or "human".
+        noun_source: where title nouns come from ("spacy table: <file>" or the documented fallback).
+    """
+
+    def __init__(
+        self,
+        products: list[dict],
+        prices: dict[str, float],
+        goals: list[dict],
+        search_engine: SearchEngine,
+        title_nouns: Mapping[str, list[str]] | None,
+        data_dir: Path,
+        goal_kind: str,
+        seed: int,
+        noun_source: str,
+        special_queries: bool = False,
+    ):
+        self.products = products
+        self.product_by_asin = {p["asin"]: p for p in products}
+        self.prices = prices
+        self.goals = goals
+        self.search_engine = search_engine
+        self.data_dir = data_dir
+        self.goal_kind = goal_kind
+        self.seed = seed
+        self.noun_source = noun_source
+        self.special_queries = special_queries
+        # title nouns by product *name*: both names in the reward formula are catalog product names.
+        self._nouns_by_name: dict[str, list[str]] = {}
+        if title_nouns is not None:
+            for p in products:
+                if p["asin"] in title_nouns:
+                    self._nouns_by_name.setdefault(p["name"], title_nouns[p["asin"]])
+        self._cached_search = lru_cache(maxsize=8192)(self._search_uncached)
+        self._special_rng = random.Random(seed)
+
+    @classmethod
+    def load(
+        cls,
+        data_dir: str | Path | None = None,
+        goals: str = "synthetic",
+        seed: int = 233,
+        special_queries: bool = False,
+    ) -> WebShop:
+        """Load a data directory (or generate/reuse the synthetic catalog when ``data_dir`` is None).
+
+        Args:
+            data_dir: folder with the raw WebShop files (see ``catalog.DataFiles``); None = the embedded default,
+                the synthetic catalog under ``data/synthetic/seed0`` (generated on first use).
+            goals: "synthetic" (one goal per option combination of instructed products; RAGEN / verl-agent) or
+                "human" (the human instruction records; the paper's setting).
+            seed: seeds range prices and price ceilings, and shuffles the goals. 233 reproduces the original
+                (``random.seed(233)`` before loading and again before the shuffle).
+            special_queries: honour the original's debug prefixes ``<r>``/``<c>``/``<q>`` in search (off: they
+                are ordinary words, so an agent cannot list a whole category).
+
+        Raises:
+            WebShopDataError: a missing or malformed data file (named in the message).
+            ValueError: ``goals`` is not "synthetic" or "human".
+        """
+        if goals not in ("synthetic", "human"):
+            raise ValueError(f"goals must be 'synthetic' or 'human', got {goals!r}")
+        if data_dir is None:
+            from .synthetic import ensure_catalog
+
+            data_dir = ensure_catalog(DEFAULT_SYNTHETIC_DIR)
+        files = DataFiles.find(data_dir)
+        rng = random.Random(seed)
+        products = load_products(files, human_goals=(goals == "human"))
+        prices = generate_product_prices(products, rng)
+        goal_list = (human_goals if goals == "human" else synthetic_goals)(products, prices, rng)
+        random.Random(seed).shuffle(goal_list)
+
+        asins = [p["asin"] for p in products]
+        if files.doc_tokens is not None:
+            tokens = load_doc_tokens(files.doc_tokens)
+            missing = [a for a in asins if a not in tokens]
+            if missing:
+                raise WebShopDataError(f"{files.doc_tokens}: no tokens for {len(missing)} products, e.g. {missing[:3]}")
+            engine = SearchEngine(asins, [tokens[a] for a in asins])
+        else:
+            engine = SearchEngine.from_contents(asins, [search_document(p) for p in products])
+
+        title_nouns = None
+        noun_source = "fallback: alphabetic tokens of the name (no title-noun table in the data directory)"
+        if files.title_nouns is not None:
+            table = read_json(files.title_nouns, dict, "a JSON object {asin: [nouns]} (title_nouns format)")
+            title_nouns = {k: v for k, v in table.items() if not k.startswith("_")}
+            noun_source = f"noun table {files.title_nouns.name}"
+        else:
+            log.warning("%s has no title-noun table; title_score uses %s", data_dir, noun_source)
+        return cls(products, prices, goal_list, engine, title_nouns, Path(data_dir), goals, seed, noun_source,
+                   special_queries)
+
+    # ------------------------------------------------------------------------------------------------ search
+    def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[tuple[str, float]]:
+        """BM25 top-``k`` hits for ``query`` as ``[(ASIN, score), ...]``, best first (Lucene ranking, §4.5)."""
+        return list(self._cached_search(query, k))
+
+    def _search_uncached(self, query: str, k: int) -> tuple[tuple[str, float], ...]:
+        return tuple(self.search_engine.search(query, k))
+
+    def search_products(self, keywords: list[str]) -> list[dict]:
+        """The products a ``search[...]`` action lists, in rank order (engine.py ``get_top_n_product_from_keywords``).
+
+        With ``special_queries`` the original's prefixes work: ``<r>`` 50 random products, ``<c> cat`` every
+        product of a category, ``<q> query`` every product with that query (``<a>`` crashed upstream; here it
+        returns nothing).
+        """
+        if self.special_queries and keywords and keywords[0] in SPECIAL_PREFIXES:
+            head, rest = keywords[0], keywords[1:]
+            if head == "<r>":
+                return self._special_rng.sample(self.products, k=min(SEARCH_RETURN_N, len(self.products)))
+            if head == "<c>" and rest:
+                return [p for p in self.products if p["category"] == rest[0].strip()]
+            if head == "<q>":
+                query = " ".join(rest).strip()
+                return [p for p in self.products if p["query"] == query]
+            return []
+        return [self.product_by_asin[asin] for asin, _ in self._cached_search(" ".join(keywords), SEARCH_RETURN_N)]
+
+    # ------------------------------------------------------------------------------------------------ reward
+    def title_nouns(self, name: str) -> list[str]:
+        """Title nouns of a product name: the spaCy table when the data has one, else alphabetic tokens."""
+        nouns = self._nouns_by_name.get(name)
+        return nouns if nouns is not None else alphabetic_nouns(name)
+
+    def reward(self, goal: Mapping, asin: str, options: Mapping[str, str]) -> tuple[float, dict]:
+        """WebShop score (0…1) and verbose info for buying ``asin`` with ``options`` selected (§5).
+
+        Raises:
+            KeyError: ``asin`` is not in the catalog.
+        """
+        product = self.product_by_asin[asin]
+        return get_reward(product, goal, self.prices[asin], options,
+                          self.title_nouns(product["name"]), self.title_nouns(goal["name"]))
+
+    # ------------------------------------------------------------------------------------------------ splits
+    def split(self, name: str, scheme: str = "webshop") -> range:
+        """Goal indices of split ``name``: test [0, 500), val [500, 1500), train [1500, N) (or verl-agent's)."""
+        return split_range(name, len(self.goals), scheme)
+
+    def __repr__(self) -> str:
+        return (f"WebShop({self.data_dir}, {len(self.products)} products, {len(self.goals)} {self.goal_kind} goals, "
+                f"seed={self.seed})")
