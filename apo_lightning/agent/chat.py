@@ -1,0 +1,162 @@
+"""The RAGEN chat format for WebShop: prompts from environment states, actions from model replies.
+
+One trajectory is one chat (RAGEN, Wang et al. 2025, §3 and its WebShop env config): a system message, a task
+message with the instruction and the answer format, then per turn a user message with the current page and the
+available actions, and the model's reply ``<think>…</think><answer>ACTION</answer>``. Rendering goes through the
+tokenizer's chat template, so the same code serves the tiny model, SmolLM2 and Qwen2.5.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_SYSTEM_PROMPT = "You are a shopping agent. You browse an online shop to buy the product a customer asks for."
+DEFAULT_TASK_PROMPT = (
+    "Buy the product that best matches this instruction.\n"
+    "Instruction: {instruction}\n"
+    "Search first, open a matching product, click its options (such as size and color) named in the "
+    "instruction, then click buy now. Reply with <think>your reasoning</think><answer>one action</answer>, "
+    "where the action is search[query] or click[item] with an item from the list of actions."
+)
+_ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
+_ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
+_THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.IGNORECASE | re.DOTALL)
+_ACTION = re.compile(r"\b(search|click)\s*\[([^\[\]\n]+)\]", re.IGNORECASE)
+#: Why a reply gave no action (counted in metrics).
+NO_ANSWER_TAG, NO_ACTION_IN_ANSWER, EMPTY_REPLY = "no_answer_tag", "no_action_in_answer", "empty_reply"
+
+
+@dataclass(frozen=True)
+class ParsedReply:
+    """A model reply, parsed.
+
+    Attributes:
+        thought: the text inside <think>…</think> (or before <answer> when there is no think tag), stripped.
+        action: ``search[...]`` or ``click[...]`` to send to the env, or None when the reply has none.
+        error: None, or why there is no action (``no_answer_tag``, ``no_action_in_answer``, ``empty_reply``).
+        num_actions: how many actions the answer held (the first is taken; more than one is counted).
+    """
+
+    thought: str
+    action: str | None
+    error: str | None
+    num_actions: int = 0
+
+
+def parse_reply(reply: str) -> ParsedReply:
+    """Parse a reply leniently.
+
+    Rules, in order: the answer is the text after the first ``<answer>`` (any case) up to the next ``</answer>``,
+    or to the end when the tag is unclosed (a reply cut by the token limit); the action is the first
+    ``search[...]``/``click[...]`` in it, name lower-cased, brackets not nested and on one line, argument
+    stripped. No ``<answer>`` tag, or no action inside it, gives ``action=None`` and an ``error``, which the
+    rollout turns into a no-op step and the format penalty.
+    """
+    if not reply.strip():
+        return ParsedReply("", None, EMPTY_REPLY)
+    think = _THINK.search(reply)
+    opening = _ANSWER_OPEN.search(reply)
+    if think:
+        thought = think.group(1)
+    else:
+        thought = reply[: opening.start()] if opening else reply
+    if opening is None:
+        return ParsedReply(thought.strip(), None, NO_ANSWER_TAG)
+    closing = _ANSWER_CLOSE.search(reply, opening.end())
+    answer = reply[opening.end(): closing.start() if closing else len(reply)]
+    actions = _ACTION.findall(answer)
+    if not actions:
+        return ParsedReply(thought.strip(), None, NO_ACTION_IN_ANSWER)
+    name, arg = actions[0]
+    return ParsedReply(thought.strip(), f"{name.lower()}[{arg.strip()}]", None, len(actions))
+
+
+def observation_lines(observation: str) -> list[str]:
+    """The page content of an env observation without the instruction (shown once, in the task message).
+
+    Works for both observation modes: ``text`` nodes are split at ' [SEP] ', ``text_rich`` at newlines.
+    """
+    parts = observation.split(" [SEP] ") if " [SEP] " in observation else observation.split("\n")
+    parts = [p.strip() for p in parts]
+    if "Instruction:" in parts:
+        i = parts.index("Instruction:")
+        parts = parts[:i] + parts[i + 2:]
+    return [p for p in parts if p and p != "WebShop"]
+
+
+def render_actions(available_actions: dict[str, Any]) -> str:
+    """The available actions, compactly: ``search[<query>]`` and/or ``click[x]`` with x from a list."""
+    pieces = []
+    if available_actions["has_search_bar"]:
+        pieces.append("search[<query>]")
+    clickables = [c for c in available_actions["clickables"] if c != "search"]
+    if clickables:
+        pieces.append("click[x] with x one of: " + ", ".join(clickables))
+    return " or ".join(pieces) if pieces else "none"
+
+
+@dataclass
+class ChatFormat:
+    """Settings of the prompt format.
+
+    Args:
+        system_prompt: the system message.
+        task_prompt: the task message; ``{instruction}`` is replaced by the goal's instruction.
+        history_turns: None = full history (RAGEN: the whole trajectory is one chat); k = keep only the last k
+            turns (observation + reply) before the current one.
+        context_budget: maximum prompt + reply length in tokens. When the next turn would not fit, the context
+            is rebuilt from the system and task messages plus as many of the most recent turns as fit (oldest
+            dropped first); if the current page alone does not fit, its middle is cut (``…``).
+        max_observation_chars: cut any single page to this many characters first (0 = no cut).
+        format_penalty: reward added per turn whose reply has no parseable action (RAGEN: −0.1).
+    """
+
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    task_prompt: str = DEFAULT_TASK_PROMPT
+    history_turns: int | None = None
+    context_budget: int = 4096
+    max_observation_chars: int = 0
+    format_penalty: float = -0.1
+
+    def __post_init__(self) -> None:
+        if self.history_turns is not None and self.history_turns < 0:
+            raise ValueError(f"history_turns must be None or >= 0, got {self.history_turns}")
+        if self.context_budget < 64:
+            raise ValueError(f"context_budget must be at least 64 tokens, got {self.context_budget}")
+
+    def turn_message(self, turn: int, turns_left: int | None, observation: str,
+                     available_actions: dict[str, Any]) -> str:
+        """The user message of turn ``turn`` (1-based): the page and the actions."""
+        page = "\n".join(observation_lines(observation))
+        if self.max_observation_chars and len(page) > self.max_observation_chars:
+            page = cut_middle(page, self.max_observation_chars)
+        left = f" ({turns_left} actions left)" if turns_left is not None else ""
+        return f"Turn {turn}{left}:\n{page}\nActions: {render_actions(available_actions)}"
+
+    def task_message(self, instruction: str) -> str:
+        """The task message for a goal's instruction."""
+        return self.task_prompt.format(instruction=instruction)
+
+    def messages(self, instruction: str, turns: list[tuple[str, str | None]]) -> list[dict[str, str]]:
+        """Chat messages for ``turns`` = [(user turn message, reply or None for the current turn), ...].
+
+        The task message is prepended to the first listed turn's user message.
+        """
+        messages = [{"role": "system", "content": self.system_prompt}]
+        for i, (user, reply) in enumerate(turns):
+            content = f"{self.task_message(instruction)}\n\n{user}" if i == 0 else user
+            messages.append({"role": "user", "content": content})
+            if reply is not None:
+                messages.append({"role": "assistant", "content": reply})
+        return messages
+
+
+def cut_middle(text: str, max_chars: int) -> str:
+    """Keep the first and last parts of ``text`` around an ellipsis so that it has at most ``max_chars`` chars."""
+    if len(text) <= max_chars:
+        return text
+    head = max(0, (max_chars - 1) // 2)
+    tail = max(0, max_chars - 1 - head)
+    return text[:head] + "…" + (text[-tail:] if tail else "")

@@ -1,0 +1,404 @@
+"""Batched multi-turn rollouts: B WebShop episodes in lockstep, one chat per trajectory (RAGEN-style).
+
+Each turn the engine renders every live episode's chat through the tokenizer's chat template, generates all
+replies in one batch with a KV cache (finished replies leave the batch), parses the actions, steps the envs, and
+appends the next user message. It records the **sampled token ids** (never re-tokenized from text), a mask that is
+1 exactly on model-generated tokens, and the per-token log-probabilities log π(y_t | ·) of the sampled tokens
+under the untempered policy at sampling time.
+
+A trajectory is stored as one or more *segments* (token sequences). With full history a trajectory is a single
+segment: each turn's delta (end of the reply, next user message, generation prompt) is appended to the
+previous tokens. A new segment starts only when the context must be rebuilt: a history window (``history_turns``)
+moved, or the context budget would be exceeded (see ``ChatFormat``). Earlier replies re-rendered as context in a
+new segment are text, masked 0; only tokens sampled in a segment carry mask 1 there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from ..webshop import WebShopEnv
+from .chat import ChatFormat, ParsedReply, cut_middle, parse_reply
+
+STOP_STRING = "</answer>"
+_SENTINEL = "\x00APO_REPLY\x00"
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 63-bit seed from any parts (base seed, rank, call counter, ...), stable across processes and runs."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+@dataclass
+class Turn:
+    """One turn: the page the model saw, its reply, the parsed action and what the env returned."""
+
+    observation: str
+    reply: str
+    thought: str
+    action: str | None
+    format_error: str | None
+    num_actions: int
+    env_reward: float
+    done: bool
+    valid_action: bool
+    generated_tokens: int
+    stop: str  # "answer" (</answer>), "eos" or "length"
+
+
+@dataclass
+class Segment:
+    """A token sequence of one trajectory: ids (T,), gen_mask (T,) 1 on sampled tokens, logp (T,) 0 elsewhere."""
+
+    token_ids: list[int]
+    gen_mask: list[int]
+    logp: list[float]
+    first_turn: int  # index of the first turn whose reply was sampled in this segment
+
+    def append(self, ids: Sequence[int], generated: bool, logp: Sequence[float] | None = None) -> None:
+        self.token_ids.extend(ids)
+        self.gen_mask.extend([1 if generated else 0] * len(ids))
+        self.logp.extend(logp if logp is not None else [0.0] * len(ids))
+
+
+@dataclass
+class Trajectory:
+    """One episode.
+
+    Attributes:
+        goal_index: the WebShop goal.
+        instruction: its instruction text.
+        turns: every turn in order.
+        segments: the token sequences (one with full history).
+        score: the WebShop score at Buy Now (0…1), 0 without a purchase.
+        reward: score + format_penalty × format errors (the RL reward r(x, y)).
+        success: score == 1.0.
+        reward_info: the env's verbose reward info at Buy Now (None without a purchase).
+        truncated: the step limit ended the episode.
+    """
+
+    goal_index: int
+    instruction: str
+    turns: list[Turn] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    score: float = 0.0
+    reward: float = 0.0
+    success: bool = False
+    reward_info: dict | None = None
+    purchased: dict | None = None
+    truncated: bool = False
+
+    @property
+    def format_errors(self) -> int:
+        return sum(t.format_error is not None for t in self.turns)
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(sum(s.gen_mask) for s in self.segments)
+
+
+@dataclass
+class _Episode:
+    env: WebShopEnv
+    trajectory: Trajectory
+    observation: str  # the page the current turn shows
+    message: str = ""  # the current turn's user message
+    turn_messages: list[str] = field(default_factory=list)  # user message of every completed turn
+    replies: list[str] = field(default_factory=list)
+    segment: Segment | None = None
+    history_start: int = 0  # first turn whose messages are in the current segment
+    done: bool = False
+
+
+class RolloutEngine:
+    """Rolls out a language-model policy in WebShop envs.
+
+    Args:
+        model: a causal LM (``transformers`` PreTrainedModel); put in eval mode during rollouts.
+        tokenizer: its tokenizer, with a chat template.
+        chat: the prompt format.
+        max_new_tokens: reply length limit per turn.
+        temperature: sampling temperature (> 0); ``greedy=True`` takes the argmax instead.
+        top_p: nucleus sampling mass (1.0 = off).
+        greedy: decode greedily (evaluation).
+    """
+
+    def __init__(self, model, tokenizer, chat: ChatFormat | None = None, max_new_tokens: int = 64,
+                 temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False):
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chat = chat or ChatFormat()
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.greedy = greedy
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.eos_ids = self._eos_ids()
+        if self.chat.context_budget <= max_new_tokens + 16:
+            raise ValueError(f"context_budget {self.chat.context_budget} leaves no room for a prompt when "
+                             f"max_new_tokens is {max_new_tokens}")
+        self.stats: dict[str, float] = {}
+
+    def _eos_ids(self) -> set[int]:
+        ids = set()
+        for source in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            if isinstance(source, int):
+                ids.add(source)
+            elif source is not None:
+                ids.update(source)
+        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
+            ids.add(im_end)
+        return ids
+
+    # ------------------------------------------------------------------------------------------------ text
+    def _render(self, messages: list[dict], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _turns(self, ep: _Episode, start: int, current: str) -> list[tuple[str, str | None]]:
+        pairs: list[tuple[str, str | None]] = list(zip(ep.turn_messages[start:], ep.replies[start:]))
+        return pairs + [(current, None)]
+
+    def _new_segment(self, ep: _Episode, current: str) -> None:
+        """Render the context from scratch: system, task and the turns the window and budget allow."""
+        turn = len(ep.replies)
+        start = turn if self.chat.history_turns == 0 else (
+            max(0, turn - self.chat.history_turns) if self.chat.history_turns is not None else 0)
+        budget = self.chat.context_budget - self.max_new_tokens
+        instruction = ep.trajectory.instruction
+        while True:
+            ids = self._encode(self._render(self.chat.messages(instruction, self._turns(ep, start, current)), True))
+            if len(ids) <= budget:
+                break
+            if start < turn:
+                start += 1  # drop the oldest turn
+                continue
+            # the current page alone does not fit: cut its middle, proportionally to the excess
+            keep = int(len(current) * budget / len(ids)) - 16
+            if keep < 32:
+                raise ValueError(f"context_budget {self.chat.context_budget} cannot hold the task message")
+            current = cut_middle(current, keep)
+        ep.history_start = start
+        ep.segment = Segment([], [], [], first_turn=turn)
+        ep.segment.append(ids, generated=False)
+        ep.trajectory.segments.append(ep.segment)
+
+    def _extend_or_restart(self, ep: _Episode, current: str, last_token: int) -> None:
+        """Append the next turn's delta to the current segment, or start a new segment (window / budget)."""
+        turn = len(ep.replies)
+        window = self.chat.history_turns
+        if window is not None and turn - ep.history_start > window:
+            self._new_segment(ep, current)
+            return
+        # delta = what the template puts after the assistant's reply: end of turn, next user message, prompt
+        instruction = ep.trajectory.instruction
+        turns = self._turns(ep, ep.history_start, current)
+        turns[-2] = (turns[-2][0], _SENTINEL)
+        rendered = self._render(self.chat.messages(instruction, turns), True)
+        delta_text = rendered.split(_SENTINEL, 1)[1]
+        if last_token in self.eos_ids:  # the model closed its turn itself: don't close it twice
+            eos_text = self.tokenizer.decode([last_token])
+            if delta_text.startswith(eos_text):
+                delta_text = delta_text[len(eos_text):]
+        delta = self._encode(delta_text)
+        if len(ep.segment.token_ids) + len(delta) + self.max_new_tokens > self.chat.context_budget:
+            self._new_segment(ep, current)
+            return
+        ep.segment.append(delta, generated=False)
+
+    # ------------------------------------------------------------------------------------------------ rollout
+    @torch.no_grad()
+    def rollout(self, envs: Sequence[WebShopEnv], goal_indices: Sequence[int], seed: int) -> list[Trajectory]:
+        """Play one episode per (env, goal index) in lockstep and return the trajectories (same order).
+
+        Args:
+            envs: one env per episode (they may share one ``WebShop``); each needs a step limit.
+            goal_indices: the goals, one per env.
+            seed: seeds sampling (derive it per call and per rank with ``derive_seed``).
+
+        Raises:
+            ValueError: lengths differ, or an env has no step limit.
+        """
+        if len(envs) != len(goal_indices):
+            raise ValueError(f"{len(envs)} envs for {len(goal_indices)} goals")
+        if any(env.max_steps is None for env in envs):
+            raise ValueError("rollouts need envs with a step limit (max_steps)")
+        was_training = self.model.training
+        self.model.eval()
+        generator = torch.Generator(device="cpu").manual_seed(seed)
+        start, gen_tokens, forward_s = time.perf_counter(), 0, 0.0
+        episodes = []
+        for env, goal_index in zip(envs, goal_indices):
+            observation = env.reset(goal_index)
+            ep = _Episode(env, Trajectory(goal_index, env.instruction_text), observation)
+            ep.message = self._turn_message(ep)
+            self._new_segment(ep, ep.message)
+            episodes.append(ep)
+
+        while True:
+            live = [ep for ep in episodes if not ep.done]
+            if not live:
+                break
+            t = time.perf_counter()
+            replies = self.generate([ep.segment.token_ids for ep in live], generator)
+            forward_s += time.perf_counter() - t
+            for ep, (ids, logp, stop) in zip(live, replies):
+                gen_tokens += len(ids)
+                self._apply_reply(ep, ids, logp, stop)
+
+        if was_training:
+            self.model.train()
+        elapsed = time.perf_counter() - start
+        self.stats = {"episodes": len(episodes), "seconds": elapsed, "generate_seconds": forward_s,
+                      "generated_tokens": gen_tokens, "episodes_per_s": len(episodes) / elapsed,
+                      "tokens_per_s": gen_tokens / elapsed}
+        return [ep.trajectory for ep in episodes]
+
+    def _turn_message(self, ep: _Episode) -> str:
+        env = ep.env
+        left = env.max_steps - env.num_steps
+        return self.chat.turn_message(env.num_steps + 1, left, ep.observation, env.available_actions())
+
+    def _apply_reply(self, ep: _Episode, ids: list[int], logp: list[float], stop: str) -> None:
+        """Record a sampled reply, step the env with its action (a no-op if none), prepare the next turn."""
+        ep.segment.append(ids, generated=True, logp=logp)
+        reply = self.tokenizer.decode(ids, skip_special_tokens=True)
+        parsed: ParsedReply = parse_reply(reply)
+        observation, env_reward, done, info = ep.env.step(parsed.action if parsed.action is not None else "")
+        trajectory = ep.trajectory
+        trajectory.turns.append(Turn(ep.observation, reply, parsed.thought, parsed.action, parsed.error,
+                                     parsed.num_actions, env_reward, done, info["valid"], len(ids), stop))
+        ep.turn_messages.append(ep.message)
+        ep.replies.append(reply)
+        ep.observation = observation
+        if done:
+            ep.done = True
+            trajectory.score = env_reward
+            trajectory.success = env_reward == 1.0
+            trajectory.reward_info = info.get("reward_info")
+            trajectory.truncated = info["truncated"]
+            if "asin" in info:
+                trajectory.purchased = {"asin": info["asin"], "options": info["options"]}
+            trajectory.reward = trajectory.score + self.chat.format_penalty * trajectory.format_errors
+            return
+        ep.message = self._turn_message(ep)
+        self._extend_or_restart(ep, ep.message, ids[-1] if ids else -1)
+
+    # ------------------------------------------------------------------------------------------------ decoding
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], generator: torch.Generator) -> list[tuple[list[int], list[float], str]]:
+        """Sample one reply per prompt with a KV cache; finished replies leave the batch.
+
+        Args:
+            prompts: token ids per prompt (unpadded; left-padded here).
+            generator: the sampling RNG.
+
+        Returns:
+            Per prompt ``(token ids, log π of each sampled token (untempered), stop reason)``; stop reason is
+            "answer" (the reply ended with ``</answer>``), "eos" or "length" (``max_new_tokens``).
+        """
+        device = next(self.model.parameters()).device
+        batch, width = len(prompts), max(len(p) for p in prompts)
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((batch, width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            attention[i, width - len(p):] = 1
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+        cache, logits = out.past_key_values, out.logits[:, -1, :]  # (B, V)
+        next_position = positions[:, -1:] + 1  # (B, 1)
+
+        rows = list(range(batch))  # original index of each live row
+        tokens: list[list[int]] = [[] for _ in range(batch)]
+        logps: list[list[float]] = [[] for _ in range(batch)]
+        stops = ["length"] * batch
+        for _ in range(self.max_new_tokens):
+            logp_all = torch.log_softmax(logits.float(), dim=-1)  # (b, V) the policy itself
+            chosen = self._sample(logits, generator)  # (b,)
+            chosen_logp = logp_all.gather(1, chosen[:, None]).squeeze(1)
+            keep = []
+            for j, (row, token, lp) in enumerate(zip(rows, chosen.tolist(), chosen_logp.tolist())):
+                tokens[row].append(token)
+                logps[row].append(lp)
+                if token in self.eos_ids:
+                    stops[row] = "eos"
+                elif self._ends_with_stop(tokens[row]):
+                    stops[row] = "answer"
+                else:
+                    keep.append(j)
+            if not keep or len(tokens[rows[0]]) >= self.max_new_tokens:
+                break
+            if len(keep) < len(rows):  # finished replies leave the batch
+                index = torch.tensor(keep, device=device)
+                cache.batch_select_indices(index)
+                attention, chosen, next_position = attention[index], chosen[index], next_position[index]
+                rows = [rows[j] for j in keep]
+            attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=1)
+            out = self.model(input_ids=chosen[:, None], attention_mask=attention, position_ids=next_position,
+                             past_key_values=cache, use_cache=True)
+            cache, logits = out.past_key_values, out.logits[:, -1, :]
+            next_position = next_position + 1
+        return [(tokens[i], logps[i], stops[i]) for i in range(batch)]
+
+    def _ends_with_stop(self, ids: list[int]) -> bool:
+        tail = self.tokenizer.decode(ids[-8:], skip_special_tokens=False)
+        return tail.rstrip().endswith(STOP_STRING)
+
+    def _sample(self, logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Next token per row: argmax, or a draw from softmax(logits / T) restricted to the top-p nucleus."""
+        if self.greedy:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits.float() / self.temperature, dim=-1)  # (b, V)
+        if self.top_p < 1.0:
+            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            outside = sorted_probs.cumsum(-1) - sorted_probs > self.top_p  # keep the smallest set reaching top_p
+            sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+            probs = torch.zeros_like(probs).scatter(1, order, sorted_probs)
+        return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
+
+
+def collate_trajectories(trajectories: Sequence[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded training tensors for a batch of trajectories.
+
+    Returns:
+        ``input_ids (S, T) int64``, ``attention_mask (S, T) int64``, ``gen_mask (S, T) float32`` (1 on sampled
+        tokens), ``old_logp (S, T) float32`` (log π at sampling time, 0 elsewhere), ``traj_index (S,) int64``
+        (which trajectory each segment belongs to), and per trajectory ``reward (B,)``, ``score (B,)``,
+        ``success (B,)`` float32 and ``goal_index (B,)`` int64. S = B with full history (one segment each).
+    """
+    segments = [(i, s) for i, t in enumerate(trajectories) for s in t.segments]
+    width = max(len(s.token_ids) for _, s in segments)
+    n = len(segments)
+    batch = {
+        "input_ids": torch.full((n, width), pad_id, dtype=torch.long),
+        "attention_mask": torch.zeros((n, width), dtype=torch.long),
+        "gen_mask": torch.zeros((n, width), dtype=torch.float32),
+        "old_logp": torch.zeros((n, width), dtype=torch.float32),
+        "traj_index": torch.tensor([i for i, _ in segments], dtype=torch.long),
+    }
+    for row, (_, s) in enumerate(segments):
+        length = len(s.token_ids)
+        batch["input_ids"][row, :length] = torch.tensor(s.token_ids, dtype=torch.long)
+        batch["attention_mask"][row, :length] = 1
+        batch["gen_mask"][row, :length] = torch.tensor(s.gen_mask, dtype=torch.float32)
+        batch["old_logp"][row, :length] = torch.tensor(s.logp, dtype=torch.float32)
+    batch["reward"] = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
+    batch["score"] = torch.tensor([t.score for t in trajectories], dtype=torch.float32)
+    batch["success"] = torch.tensor([float(t.success) for t in trajectories], dtype=torch.float32)
+    batch["goal_index"] = torch.tensor([t.goal_index for t in trajectories], dtype=torch.long)
+    return batch
