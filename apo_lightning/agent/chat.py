@@ -18,7 +18,7 @@ DEFAULT_TASK_PROMPT = (
     "Instruction: {instruction}\n"
     "Search first, open a matching product, click its options (such as size and color) named in the "
     "instruction, then click buy now. Reply with <think>your reasoning</think><answer>one action</answer>, "
-    "where the action is search[query] or click[item] with an item from the list of actions."
+    "where the action is search[query] or click[item] with an item shown in brackets."
 )
 _ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 _ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
@@ -86,14 +86,23 @@ def observation_lines(observation: str) -> list[str]:
     return [p for p in parts if p and p != "WebShop"]
 
 
+def render_page(observation: str, available_actions: dict[str, Any]) -> str:
+    """The page compactly: one node per line, clickable nodes in brackets (``[Next >]``, ``[B07HRFSNL4]``).
+
+    Marking the clickables in place lists the available clicks without repeating them (an item page can have 50
+    option values); 'search' on the start page is not marked because the env refuses to click it.
+    """
+    clickables = set(available_actions["clickables"]) - {"search"}
+    return "\n".join(f"[{line}]" if line.lower() in clickables else line for line in observation_lines(observation))
+
+
 def render_actions(available_actions: dict[str, Any]) -> str:
-    """The available actions, compactly: ``search[<query>]`` and/or ``click[x]`` with x from a list."""
+    """The kinds of action available: ``search[<query>]`` and/or a click on a bracketed item."""
     pieces = []
     if available_actions["has_search_bar"]:
         pieces.append("search[<query>]")
-    clickables = [c for c in available_actions["clickables"] if c != "search"]
-    if clickables:
-        pieces.append("click[x] with x one of: " + ", ".join(clickables))
+    if set(available_actions["clickables"]) - {"search"}:
+        pieces.append("click[<an item in brackets>]")
     return " or ".join(pieces) if pieces else "none"
 
 
@@ -111,6 +120,8 @@ class ChatFormat:
             dropped first); if the current page alone does not fit, its middle is cut (``…``).
         max_observation_chars: cut any single page to this many characters first (0 = no cut).
         format_penalty: reward added per turn whose reply has no parseable action (RAGEN: −0.1).
+        repeat_pages: "full" shows every page in full (RAGEN); "short" replaces a page identical to the previous
+            turn's by one line (saves hundreds of tokens per option click).
     """
 
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
@@ -119,19 +130,29 @@ class ChatFormat:
     context_budget: int = 4096
     max_observation_chars: int = 0
     format_penalty: float = -0.1
+    repeat_pages: str = "short"
 
     def __post_init__(self) -> None:
+        if self.repeat_pages not in ("full", "short"):
+            raise ValueError(f"repeat_pages must be 'full' or 'short', got {self.repeat_pages!r}")
         if self.history_turns is not None and self.history_turns < 0:
             raise ValueError(f"history_turns must be None or >= 0, got {self.history_turns}")
         if self.context_budget < 64:
             raise ValueError(f"context_budget must be at least 64 tokens, got {self.context_budget}")
 
-    def turn_message(self, turn: int, turns_left: int | None, observation: str,
-                     available_actions: dict[str, Any]) -> str:
-        """The user message of turn ``turn`` (1-based): the page and the actions."""
-        page = "\n".join(observation_lines(observation))
-        if self.max_observation_chars and len(page) > self.max_observation_chars:
-            page = cut_middle(page, self.max_observation_chars)
+    def turn_message(self, turn: int, turns_left: int | None, observation: str, available_actions: dict[str, Any],
+                     previous_observation: str | None = None, last_action: str | None = None) -> str:
+        """The user message of turn ``turn`` (1-based): the page and the actions.
+
+        With ``repeat_pages="short"``, a page identical to the previous turn's (an option click re-renders the same
+        item page in text mode) is shown as one line naming the last action instead of in full.
+        """
+        if self.repeat_pages == "short" and observation == previous_observation:
+            page = f"(the same page as before; you did {last_action})" if last_action else "(the same page as before)"
+        else:
+            page = render_page(observation, available_actions)
+            if self.max_observation_chars and len(page) > self.max_observation_chars:
+                page = cut_middle(page, self.max_observation_chars)
         left = f" ({turns_left} actions left)" if turns_left is not None else ""
         return f"Turn {turn}{left}:\n{page}\nActions: {render_actions(available_actions)}"
 

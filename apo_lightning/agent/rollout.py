@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -221,13 +221,17 @@ class RolloutEngine:
 
     # ------------------------------------------------------------------------------------------------ rollout
     @torch.no_grad()
-    def rollout(self, envs: Sequence[WebShopEnv], goal_indices: Sequence[int], seed: int) -> list[Trajectory]:
+    def rollout(self, envs: Sequence[WebShopEnv], goal_indices: Sequence[int], seed: int,
+                demonstrators: Sequence[Callable[[WebShopEnv], str]] | None = None) -> list[Trajectory]:
         """Play one episode per (env, goal index) in lockstep and return the trajectories (same order).
 
         Args:
             envs: one env per episode (they may share one ``WebShop``); each needs a step limit.
             goal_indices: the goals, one per env.
             seed: seeds sampling (derive it per call and per rank with ``derive_seed``).
+            demonstrators: instead of sampling, take each episode's replies as text from a demonstrator
+                (``env -> reply``, e.g. the oracle for SFT). Their tokens are encoded from that text, masked 1 as
+                the tokens to imitate, with log-prob 0. The model is not called.
 
         Raises:
             ValueError: lengths differ, or an env has no step limit.
@@ -253,7 +257,11 @@ class RolloutEngine:
             if not live:
                 break
             t = time.perf_counter()
-            replies = self.generate([ep.segment.token_ids for ep in live], generator)
+            if demonstrators is None:
+                replies = self.generate([ep.segment.token_ids for ep in live], generator)
+            else:
+                texts = [demonstrators[episodes.index(ep)](ep.env) for ep in live]
+                replies = [(ids, [0.0] * len(ids), "answer") for ids in map(self._encode, texts)]
             forward_s += time.perf_counter() - t
             for ep, (ids, logp, stop) in zip(live, replies):
                 gen_tokens += len(ids)
@@ -268,9 +276,11 @@ class RolloutEngine:
         return [ep.trajectory for ep in episodes]
 
     def _turn_message(self, ep: _Episode) -> str:
-        env = ep.env
-        left = env.max_steps - env.num_steps
-        return self.chat.turn_message(env.num_steps + 1, left, ep.observation, env.available_actions())
+        env, turns = ep.env, ep.trajectory.turns
+        previous = turns[-1].observation if turns else None
+        last_action = turns[-1].action if turns else None
+        return self.chat.turn_message(env.num_steps + 1, env.max_steps - env.num_steps, ep.observation,
+                                      env.available_actions(), previous, last_action)
 
     def _apply_reply(self, ep: _Episode, ids: list[int], logp: list[float], stop: str) -> None:
         """Record a sampled reply, step the env with its action (a no-op if none), prepare the next turn."""

@@ -1,0 +1,87 @@
+"""The tiny default policy: its settings, and the tokenizer corpus drawn from the catalog and the chat format.
+
+The BPE tokenizer is trained on catalog text (titles, descriptions, bullet points, option values), every goal
+instruction and the chat text of oracle episodes (the prompts, pages and replies that the model will read and
+write), so that ASINs, option values and the reply tags tokenize compactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ..webshop import WebShop, WebShopEnv
+from .chat import ChatFormat
+from .demonstrations import reply_for
+from .policy import build_tiny_policy
+from .scripted import OraclePolicy
+
+
+@dataclass
+class TinyPolicySpec:
+    """Settings of the tiny default policy (a ``transformers`` Qwen2 decoder with a BPE tokenizer).
+
+    Args:
+        vocab_size: BPE vocabulary size.
+        hidden_size: model width.
+        num_layers: decoder layers.
+        num_heads: attention heads.
+        num_kv_heads: key/value heads (grouped-query attention).
+        intermediate_size: MLP width.
+        max_position_embeddings: longest sequence in tokens.
+        seed: weight initialisation seed.
+        corpus_goals: how many training goals' oracle episodes go into the tokenizer corpus.
+    """
+
+    vocab_size: int = 4096
+    hidden_size: int = 192
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 512
+    max_position_embeddings: int = 4096
+    seed: int = 0
+    corpus_goals: int = 300
+
+
+def tokenizer_corpus(shop: WebShop, chat: ChatFormat, goal_indices: list[int], max_steps: int = 15) -> Iterator[str]:
+    """Catalog text, every instruction, and the chat text of oracle episodes on ``goal_indices``."""
+    for product in shop.products:
+        yield product["Title"]
+        yield product["Description"][:1000]
+        yield from product["BulletPoints"]
+        for name, values in product["options"].items():
+            yield f"{name}: {', '.join(values)}"
+    for goal in shop.goals:
+        yield goal["instruction_text"]
+    yield chat.system_prompt
+    env = WebShopEnv(shop, max_steps=max_steps)
+    oracle = OraclePolicy()
+    for index in goal_indices:
+        observation = env.reset(index)
+        oracle.reset(env.goal)
+        yield chat.task_message(env.instruction_text)
+        previous, last_action, done = None, None, False
+        while not done:
+            available = env.available_actions()
+            yield chat.turn_message(env.num_steps + 1, env.max_steps - env.num_steps, observation, available,
+                                    previous, last_action)
+            action = oracle.act(observation, available)
+            yield reply_for(action, env)
+            previous, last_action = observation, action
+            observation, _, done, _ = env.step(action)
+
+
+def ensure_tiny_policy(out_dir: str | Path, spec: TinyPolicySpec, shop: WebShop, chat: ChatFormat,
+                       train_goals: list[int]) -> Path:
+    """Build the tiny tokenizer and randomly initialised model into ``out_dir`` unless already there.
+
+    Raises:
+        ValueError: ``out_dir`` holds a tiny build made with other settings or data (choose another folder).
+    """
+    settings = asdict(spec)
+    corpus_goals = settings.pop("corpus_goals")
+    vocab_size = settings.pop("vocab_size")
+    texts = list(tokenizer_corpus(shop, chat, train_goals[:corpus_goals]))
+    return build_tiny_policy(texts, out_dir, vocab_size, **settings)
