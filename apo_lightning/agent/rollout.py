@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
+from transformers import DynamicCache
 
 from ..webshop import WebShopEnv
 from .chat import ChatFormat, ParsedReply, cut_middle, parse_reply
@@ -104,6 +105,15 @@ class Trajectory:
 
 
 @dataclass
+class _Past:
+    """Cached keys/values of the first ``length`` tokens of an episode's current segment: per layer
+    ``(keys (heads, length, dim), values (heads, length, dim))``."""
+
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    length: int
+
+
+@dataclass
 class _Episode:
     env: WebShopEnv
     trajectory: Trajectory
@@ -113,6 +123,7 @@ class _Episode:
     replies: list[str] = field(default_factory=list)
     segment: Segment | None = None
     history_start: int = 0  # first turn whose messages are in the current segment
+    past: _Past | None = None  # keys/values of the segment's first tokens, kept between turns
     done: bool = False
 
 
@@ -127,10 +138,12 @@ class RolloutEngine:
         temperature: sampling temperature (> 0); ``greedy=True`` takes the argmax instead.
         top_p: nucleus sampling mass (1.0 = off).
         greedy: decode greedily (evaluation).
+        reuse_cache: keep each episode's keys/values between turns, so a turn only encodes its new tokens
+            (full history); off = re-encode the whole context every turn.
     """
 
     def __init__(self, model, tokenizer, chat: ChatFormat | None = None, max_new_tokens: int = 64,
-                 temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False):
+                 temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, reuse_cache: bool = True):
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
         if not 0 < top_p <= 1:
@@ -142,6 +155,7 @@ class RolloutEngine:
         self.temperature = temperature
         self.top_p = top_p
         self.greedy = greedy
+        self.reuse_cache = reuse_cache
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_ids = self._eos_ids()
         if self.chat.context_budget <= max_new_tokens + 16:
@@ -258,14 +272,16 @@ class RolloutEngine:
                 break
             t = time.perf_counter()
             if demonstrators is None:
-                replies = self.generate([ep.segment.token_ids for ep in live], generator)
+                replies = self.generate([ep.segment.token_ids for ep in live], generator, [ep.past for ep in live])
             else:
                 texts = [demonstrators[episodes.index(ep)](ep.env) for ep in live]
-                replies = [(ids, [0.0] * len(ids), "answer") for ids in map(self._encode, texts)]
+                replies = [(ids, [0.0] * len(ids), "answer", None) for ids in map(self._encode, texts)]
             forward_s += time.perf_counter() - t
-            for ep, (ids, logp, stop) in zip(live, replies):
+            for ep, (ids, logp, stop, past) in zip(live, replies):
                 gen_tokens += len(ids)
+                segment = ep.segment
                 self._apply_reply(ep, ids, logp, stop)
+                ep.past = past if ep.segment is segment and not ep.done else None  # a rebuilt context starts afresh
 
         if was_training:
             self.model.train()
@@ -309,27 +325,43 @@ class RolloutEngine:
 
     # ------------------------------------------------------------------------------------------------ decoding
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], generator: torch.Generator) -> list[tuple[list[int], list[float], str]]:
+    def generate(self, prompts: list[list[int]], generator: torch.Generator,
+                 pasts: list[_Past | None] | None = None) -> list[tuple[list[int], list[float], str, _Past | None]]:
         """Sample one reply per prompt with a KV cache; finished replies leave the batch.
 
         Args:
-            prompts: token ids per prompt (unpadded; left-padded here).
+            prompts: token ids per prompt (unpadded).
             generator: the sampling RNG.
+            pasts: per prompt, the keys/values of its first ``past.length`` tokens from the previous turn (a
+                multi-turn chat only feeds its new tokens), or None to encode the whole prompt.
 
         Returns:
-            Per prompt ``(token ids, log π of each sampled token (untempered), stop reason)``; stop reason is
-            "answer" (the reply ended with ``</answer>``), "eos" or "length" (``max_new_tokens``).
+            Per prompt ``(token ids, log π of each sampled token (untempered), stop reason, past)``; stop reason is
+            "answer" (the reply ended with ``</answer>``), "eos" or "length" (``max_new_tokens``); ``past`` holds
+            the keys/values of the prompt and the reply except its last token (None when ``reuse_cache`` is off).
         """
         device = next(self.model.parameters()).device
-        batch, width = len(prompts), max(len(p) for p in prompts)
-        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((batch, width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            attention[i, width - len(p):] = 1
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (B, L)
-        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+        batch = len(prompts)
+        pasts = pasts if (pasts is not None and self.reuse_cache) else [None] * batch
+        past_lengths = [p.length if p is not None else 0 for p in pasts]
+        new_tokens = [prompt[n:] for prompt, n in zip(prompts, past_lengths)]
+        width_past, width_new = max(past_lengths), max(len(t) for t in new_tokens)
+
+        # layout per row: [left pad | cached past | left pad | new tokens]; the mask hides both pads
+        input_ids = torch.full((batch, width_new), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((batch, width_past + width_new), dtype=torch.long)
+        positions = torch.zeros((batch, width_new), dtype=torch.long)
+        for i, (tokens, n_past) in enumerate(zip(new_tokens, past_lengths)):
+            input_ids[i, width_new - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
+            attention[i, width_past - n_past:width_past] = 1
+            attention[i, width_past + width_new - len(tokens):] = 1
+            positions[i, width_new - len(tokens):] = torch.arange(n_past, n_past + len(tokens))
+        cache = None
+        if width_past:
+            cache = DynamicCache(ddp_cache_data=self._stack_pasts(pasts, width_past, device), config=self.model.config)
+        input_ids, attention, positions = input_ids.to(device), attention.to(device), positions.to(device)
+        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                         past_key_values=cache, use_cache=True)
         cache, logits = out.past_key_values, out.logits[:, -1, :]  # (B, V)
         next_position = positions[:, -1:] + 1  # (B, 1)
 
@@ -337,6 +369,7 @@ class RolloutEngine:
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logps: list[list[float]] = [[] for _ in range(batch)]
         stops = ["length"] * batch
+        new_pasts: list[_Past | None] = [None] * batch
         for _ in range(self.max_new_tokens):
             logp_all = torch.log_softmax(logits.float(), dim=-1)  # (b, V) the policy itself
             chosen = self._sample(logits, generator)  # (b,)
@@ -351,7 +384,10 @@ class RolloutEngine:
                     stops[row] = "answer"
                 else:
                     keep.append(j)
-            if not keep or len(tokens[rows[0]]) >= self.max_new_tokens:
+            last_step = len(tokens[rows[0]]) >= self.max_new_tokens
+            for j in (range(len(rows)) if last_step or not keep else sorted(set(range(len(rows))) - set(keep))):
+                new_pasts[rows[j]] = self._extract_past(cache, j, attention[j])
+            if not keep or last_step:
                 break
             if len(keep) < len(rows):  # finished replies leave the batch
                 index = torch.tensor(keep, device=device)
@@ -363,7 +399,31 @@ class RolloutEngine:
                              past_key_values=cache, use_cache=True)
             cache, logits = out.past_key_values, out.logits[:, -1, :]
             next_position = next_position + 1
-        return [(tokens[i], logps[i], stops[i]) for i in range(batch)]
+        return [(tokens[i], logps[i], stops[i], new_pasts[i]) for i in range(batch)]
+
+    def _extract_past(self, cache, row: int, attention_row: torch.Tensor) -> _Past | None:
+        """The keys/values of one row's real tokens (pads dropped), for reuse next turn."""
+        if not self.reuse_cache:
+            return None
+        keep = attention_row.bool()
+        layers = [(layer.keys[row][:, keep, :].clone(), layer.values[row][:, keep, :].clone()) for layer in cache.layers]
+        return _Past(layers, int(keep.sum()))
+
+    @staticmethod
+    def _stack_pasts(pasts: list[_Past | None], width: int, device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Right-align every row's cached keys/values in zero-padded (B, heads, width, dim) tensors per layer."""
+        reference = next(p for p in pasts if p is not None)
+        stacked = []
+        for layer, (k_ref, v_ref) in enumerate(reference.layers):
+            keys = k_ref.new_zeros((len(pasts), k_ref.shape[0], width, k_ref.shape[2]))
+            values = v_ref.new_zeros((len(pasts), v_ref.shape[0], width, v_ref.shape[2]))
+            for i, past in enumerate(pasts):
+                if past is not None:
+                    k, v = past.layers[layer]
+                    keys[i, :, width - k.shape[1]:] = k
+                    values[i, :, width - v.shape[1]:] = v
+            stacked.append((keys.to(device), values.to(device)))
+        return stacked
 
     def _ends_with_stop(self, ids: list[int]) -> bool:
         tail = self.tokenizer.decode(ids[-8:], skip_special_tokens=False)
