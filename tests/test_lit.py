@@ -40,7 +40,7 @@ def test_every_config_parses_and_instantiates(config):
     from cli import APOLightningCLI
 
     parsed = APOLightningCLI(subclass_mode_model=True, subclass_mode_data=True, run=False,
-                             args=["--config", config, "--trainer.logger=false"])
+                             args=["--config", config, "--trainer.logger=false", "--trainer.accelerator=cpu"])
     assert parsed.model is not None and parsed.datamodule is not None
     assert yaml.safe_load(Path(config).read_text())["model"]["class_path"].startswith("apo_lightning.")
 
@@ -69,6 +69,19 @@ def test_training_changes_every_policy_parameter(workdir, monkeypatch):
     changed = [n for n in trained if not torch.equal(trained[n], reference[n])]
     assert len(changed) == len(trained)
     assert all(not p.requires_grad for p in reference.values())
+
+
+def test_lora_trains_only_the_adapters_and_uses_the_base_as_reference(workdir, monkeypatch):
+    from apo_lightning.apo.vstar import VStarTable
+
+    monkeypatch.setattr(VStarTable, "lookup", lambda self, goals, device=None: torch.zeros(len(goals)))
+    cli = fit("--trainer.max_steps=1", "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false",
+              "--model.lora.rank=2", "--model.lora.target_modules=[q_proj,v_proj]")
+    assert cli.model.reference is None
+    trainable = [n for n, p in cli.model.policy.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    changed = [n for n, p in cli.model.policy.named_parameters() if "lora_B" in n and p.abs().sum() > 0]
+    assert changed, "the adapters' B matrices start at 0 and must have moved"
 
 
 def test_resume_continues_exactly(workdir, tmp_path):
