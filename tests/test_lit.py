@@ -138,3 +138,27 @@ def test_pack_generated_gathers_each_trajectorys_tokens_across_segments():
     packed, mask = pack_generated(values, gen_mask, traj_index, 2)
     assert packed.tolist() == [[1.0, 2.0, 8.0], [6.0, 7.0, 0.0]]
     assert mask.tolist() == [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]
+
+
+def test_v_star_cache_key_covers_what_v_star_depends_on():
+    from apo_lightning.agent.chat import ChatFormat
+    from apo_lightning.apo.vstar import cache_key
+    from apo_lightning.lit.common import EnvConfig
+    from apo_lightning.lit.rl_data import VStarConfig, WebShopRLDataModule
+
+    def key(reference="w0", **changes):
+        settings = dict(env=EnvConfig(data_dir=None, max_steps=3), chat=ChatFormat(), train_goals=4,
+                        vstar=VStarConfig(num_samples=2), max_new_tokens=8)
+        settings.update(changes)
+        return cache_key(WebShopRLDataModule(**settings).vstar_key_parts(reference))
+
+    base = key()
+    assert key() == base  # stable
+    for changed in (key(reference="w1"), key(train_goals=5), key(vstar=VStarConfig(num_samples=3)),
+                    key(max_new_tokens=9),
+                    key(env=EnvConfig(data_dir=None, max_steps=4)), key(chat=ChatFormat(format_penalty=-0.2)),
+                    key(chat=ChatFormat(history_turns=1)), key(vstar=VStarConfig(num_samples=2, temperature=0.7))):
+        assert changed != base
+    assert key(vstar=VStarConfig(num_samples=2, cache_dir="elsewhere")) == base  # where it is stored is not a part
+    # the cache keeps the N rewards and V* is recomputed from them for any beta1, so beta1 never re-samples
+    assert key(vstar=VStarConfig(num_samples=2, beta1=0.1)) == base

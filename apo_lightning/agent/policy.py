@@ -507,7 +507,7 @@ def load_policy(
         source = str(convert_gguf(gguf_path, cache_dir))
     else:
         source = model_name_or_path
-    if _looks_local(source):
+    if looks_local(source):
         missing = _missing_model_files(Path(source))
         if missing:
             raise FileNotFoundError(f"model directory {source} is missing or incomplete: no {' / '.join(missing)}")
@@ -589,7 +589,7 @@ def _resolve_gguf(model_name_or_path: str, gguf_file: str) -> Path:
     candidate = Path(model_name_or_path) / gguf_file
     if candidate.is_file():
         return candidate
-    if _looks_local(model_name_or_path):
+    if looks_local(model_name_or_path):
         raise FileNotFoundError(f"GGUF file {gguf_file} not found (looked at {gguf_file} and {candidate})")
     from huggingface_hub import hf_hub_download
 
@@ -615,7 +615,7 @@ def _missing_model_files(path: Path) -> list[str]:
     return missing
 
 
-def _looks_local(name: str) -> bool:
+def looks_local(name: str) -> bool:
     """Whether ``name`` is meant as a filesystem path rather than a hub id like ``Qwen/Qwen2.5-0.5B-Instruct``."""
     path = Path(name).expanduser()
     return path.exists() or path.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..agent.chat import ChatFormat
+from ..agent.policy import looks_local
 from ..agent.tiny import TinyPolicySpec, ensure_tiny_policy
 from ..webshop import WebShop, WebShopEnv
 
@@ -67,7 +68,7 @@ def ensure_policy(model_name_or_path: str, tiny: TinyPolicySpec | None, env: Env
     path = Path(model_name_or_path)
     if tiny is not None:
         ensure_tiny_policy(path, tiny, env.shop(), chat, env.split("train"))
-    elif model_name_or_path.startswith((".", "/", "data")) and not path.exists():
+    elif looks_local(model_name_or_path) and not path.exists():
         raise FileNotFoundError(
             f"policy directory {path} does not exist; train it first (e.g. `python cli.py fit --config "
             "configs/sft_tiny.yaml` exports data/models/tiny-sft) or set model_name_or_path")

@@ -149,7 +149,11 @@ class WebShopRLDataModule(LightningDataModule):
         return goals[: self.train_goals] if self.train_goals else goals
 
     def vstar_key_parts(self, reference_hash: str) -> dict:
-        """Everything V* depends on (the cache key)."""
+        """Everything the stage-1 reward samples depend on (the cache key).
+
+        β1 is deliberately not a part: the cache stores the N rewards per goal and V* is recomputed from them
+        (exactly, in microseconds) for whatever β1 a run asks for, so changing β1 never re-samples.
+        """
         shop = self.env.shop()
         return {
             "reference": reference_hash,
@@ -160,7 +164,6 @@ class WebShopRLDataModule(LightningDataModule):
             "env": asdict(self.env),
             "chat": chat_dict(self.chat),
             "num_samples": self.vstar.num_samples,
-            "beta1": self.vstar.beta1,
             "temperature": self.vstar.temperature,
             "max_new_tokens": self.max_new_tokens,
             "version": 1,
@@ -181,9 +184,11 @@ class WebShopRLDataModule(LightningDataModule):
 
     @property
     def needs_v_star(self) -> bool:
-        """Stage 1 runs for A*-PO only (GRPO needs no V*)."""
-        module = self.trainer.lightning_module if self.trainer is not None else None
-        return module is None or module.hparams.get("algorithm", "apo") == "apo"
+        """Stage 1 runs when fitting A*-PO (GRPO, validate and test need no V*)."""
+        if self.trainer is None:
+            return True
+        fitting = self.trainer.state.fn == "fit"
+        return fitting and self.trainer.lightning_module.hparams.get("algorithm", "apo") == "apo"
 
     def prepare_data(self) -> None:
         """Stage 1 on rank 0: compute V* for the goal pool with π_ref, or reuse the cached table."""
