@@ -89,7 +89,7 @@ def chained(model, tokenizer):
     bias[:, think] = 3.0  # <think> now and then ...
     bias[think, eos] = 9.0  # ... and after it, usually the end of the turn
     for current, following in zip(chain, chain[1:]):
-        bias[current, following] = 9.0  # ~90 % per step: about 45 % of replies spell the whole chain
+        bias[current, following] = 9.0  # ~90 % per step: about a third of replies spell the whole chain
     return BigramBiased(model, bias).eval()
 
 
@@ -258,9 +258,8 @@ def test_log_probs_and_mask_with_a_history_window(history_turns, chained, tokeni
         assert [s.first_turn for s in trajectory.segments] == expected
     check_bookkeeping(engine, trajectories)
     check_template(engine, shop, trajectories, MAX_STEPS)
-    # the previous reply is in the context of a rebuilt segment as text, masked 0
-    trajectory = trajectories[0]
-    if history_turns == 1:
+    if history_turns == 1:  # the previous reply is in the context of a rebuilt segment as text, masked 0
+        trajectory = trajectories[0]
         segment = trajectory.segments[1]
         context = tokenizer.decode(segment.token_ids[:runs(segment.gen_mask, 1)[0][0]])
         assert trajectory.turns[1].reply in context
@@ -494,6 +493,7 @@ def test_engine_validation(model, tokenizer, shop):
 # ------------------------------------------------------------------------------------------------ SmolLM2
 @pytest.mark.slow
 def test_smollm2_log_probs_and_mask(shop):
+    """The same bookkeeping with a real instruct model and its own chat template (converted once, ~40 s)."""
     from apo_lightning.agent.policy import load_policy
 
     model, tokenizer = load_policy("smollm2-135m-instruct")
