@@ -174,16 +174,20 @@ def check_bookkeeping(engine, trajectories):
     assert engine.stats["generated_tokens"] == total
 
 
-def user_messages(shop, chat, trajectory, max_steps):
-    """The user message of every turn, rebuilt by replaying the trajectory's actions in a fresh env."""
+def user_messages(shop, chat, trajectory, max_steps, full=False):
+    """The user message of every turn, rebuilt by replaying the trajectory's actions in a fresh env.
+
+    ``full``: every page in full (what the first turn of a context shows), not shortened when it repeats.
+    """
     env = WebShopEnv(shop, max_steps=max_steps)
     observation = env.reset(trajectory.goal_index)
     messages, previous = [], None
     for turn in trajectory.turns:
         assert turn.observation == observation
+        shown = None if full else previous
         messages.append(chat.turn_message(env.num_steps + 1, max_steps - env.num_steps, observation,
-                                          env.available_actions(), previous and previous.observation,
-                                          previous and previous.action))
+                                          env.available_actions(), shown and shown.observation,
+                                          shown and shown.action))
         observation, _, _, _ = env.step(turn.action if turn.action is not None else "")
         previous = turn
     return messages
@@ -209,10 +213,12 @@ def check_template(engine, shop, trajectories, max_steps):
 
     for trajectory in trajectories:
         messages = user_messages(shop, chat, trajectory, max_steps)
+        full_messages = user_messages(shop, chat, trajectory, max_steps, full=True)
         for segment, turns in segment_turns(trajectory):
             first, last = segment.first_turn, segment.first_turn + len(turns)
-            pairs = [(messages[i], trajectory.turns[i].reply if i < first else _SAMPLED)
-                     for i in range(context_start(chat, first), last)]
+            start = context_start(chat, first)
+            pairs = [(full_messages[i] if i == start else messages[i],
+                      trajectory.turns[i].reply if i < first else _SAMPLED) for i in range(start, last)]
             text = tokenizer.apply_chat_template(chat.messages(trajectory.instruction, pairs), tokenize=False)
             pieces = text.split(_SAMPLED)
             assert len(pieces) == len(turns) + 1
@@ -376,8 +382,10 @@ def test_demonstrations_match_the_chat_template(chat, model, tokenizer, shop):
                 # the incremental segment is the template's encoding of the whole conversation, cut after the
                 # last reply
                 messages = user_messages(shop, chat, trajectory, max_steps)
+                full_messages = user_messages(shop, chat, trajectory, max_steps, full=True)
                 start, last = context_start(chat, segment.first_turn), segment.first_turn + len(turns)
-                pairs = [(messages[i], trajectory.turns[i].reply) for i in range(start, last)]
+                pairs = [(full_messages[i] if i == start else messages[i], trajectory.turns[i].reply)
+                         for i in range(start, last)]
                 whole = tokenizer.apply_chat_template(chat.messages(trajectory.instruction, pairs),
                                                       return_dict=True)["input_ids"]
                 assert segment.token_ids == whole[:len(segment.token_ids)]
@@ -390,15 +398,8 @@ def eos_turn(tokenizer):
     return tokenizer.eos_token + "\n"
 
 
-_PAGE_LOST = ("rollout.py _turn_message/_new_segment: with repeat_pages='short' a repeated page is one line "
-              "'(the same page as before; ...)', but a rebuilt segment's window may no longer hold any full "
-              "rendering of that page, so the model cannot see the buttons it must click (e.g. the item page's "
-              "options and [Buy Now] after the second option click with history_turns=0)")
-
-
-@pytest.mark.parametrize("chat", [ChatFormat(), pytest.param(ChatFormat(history_turns=1), marks=pytest.mark.xfail(
-    strict=True, reason=_PAGE_LOST)), pytest.param(ChatFormat(history_turns=0), marks=pytest.mark.xfail(
-        strict=True, reason=_PAGE_LOST))], ids=["full-history", "window-1", "window-0"])
+@pytest.mark.parametrize("chat", [ChatFormat(), ChatFormat(history_turns=1), ChatFormat(history_turns=0)],
+                         ids=["full-history", "window-1", "window-0"])
 def test_the_clicked_button_is_visible_in_the_context(chat, model, tokenizer, shop):
     engine = engine_for(model, tokenizer, chat)
     trajectories = oracle_demonstrations(engine, [WebShopEnv(shop, max_steps=15) for _ in range(2)], GOALS[:2])

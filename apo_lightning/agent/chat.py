@@ -22,7 +22,8 @@ DEFAULT_TASK_PROMPT = (
 )
 _ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 _ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
-_THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.IGNORECASE | re.DOTALL)
+_THINK = re.compile(r"<think>(.*?)(?:</think>|<answer>|$)", re.IGNORECASE | re.DOTALL)
+_RICH_BUTTON = re.compile(r"^\[(clicked )?button\] (.*) \[(?:clicked )?button_\]$")
 _ACTION = re.compile(r"\b(search|click)\s*\[([^\[\]\n]+)\]", re.IGNORECASE)
 #: Why a reply gave no action (counted in metrics).
 NO_ANSWER_TAG, NO_ACTION_IN_ANSWER, EMPTY_REPLY = "no_answer_tag", "no_action_in_answer", "empty_reply"
@@ -76,10 +77,11 @@ def parse_reply(reply: str) -> ParsedReply:
 def observation_lines(observation: str) -> list[str]:
     """The page content of an env observation without the instruction (shown once, in the task message).
 
-    Works for both observation modes: ``text`` nodes are split at ' [SEP] ', ``text_rich`` at newlines.
+    Works for both observation modes: ``text`` nodes are split at ' [SEP] ', ``text_rich`` at newlines, with its
+    ``[button] X [button_]`` markup reduced to ``X`` and a selected option to ``X (clicked)``.
     """
     parts = observation.split(" [SEP] ") if " [SEP] " in observation else observation.split("\n")
-    parts = [p.strip() for p in parts]
+    parts = [_RICH_BUTTON.sub(lambda m: m.group(2) + (" (clicked)" if m.group(1) else ""), p.strip()) for p in parts]
     if "Instruction:" in parts:
         i = parts.index("Instruction:")
         parts = parts[:i] + parts[i + 2:]
@@ -93,7 +95,11 @@ def render_page(observation: str, available_actions: dict[str, Any]) -> str:
     option values); 'search' on the start page is not marked because the env refuses to click it.
     """
     clickables = set(available_actions["clickables"]) - {"search"}
-    return "\n".join(f"[{line}]" if line.lower() in clickables else line for line in observation_lines(observation))
+    lines = []
+    for line in observation_lines(observation):
+        text, clicked = (line[:-10], " (clicked)") if line.endswith(" (clicked)") else (line, "")
+        lines.append(f"[{text}]{clicked}" if text.lower() in clickables else line)
+    return "\n".join(lines)
 
 
 def render_actions(available_actions: dict[str, Any]) -> str:
@@ -137,6 +143,8 @@ class ChatFormat:
             raise ValueError(f"repeat_pages must be 'full' or 'short', got {self.repeat_pages!r}")
         if self.history_turns is not None and self.history_turns < 0:
             raise ValueError(f"history_turns must be None or >= 0, got {self.history_turns}")
+        if self.max_observation_chars < 0:
+            raise ValueError(f"max_observation_chars must be >= 0 (0 = no cut), got {self.max_observation_chars}")
         if self.context_budget < 64:
             raise ValueError(f"context_budget must be at least 64 tokens, got {self.context_budget}")
 
@@ -153,7 +161,7 @@ class ChatFormat:
             page = render_page(observation, available_actions)
             if self.max_observation_chars and len(page) > self.max_observation_chars:
                 page = cut_middle(page, self.max_observation_chars)
-        left = f" ({turns_left} actions left)" if turns_left is not None else ""
+        left = f" ({turns_left} action{'' if turns_left == 1 else 's'} left)" if turns_left is not None else ""
         return f"Turn {turn}{left}:\n{page}\nActions: {render_actions(available_actions)}"
 
     def task_message(self, instruction: str) -> str:
@@ -178,6 +186,8 @@ def cut_middle(text: str, max_chars: int) -> str:
     """Keep the first and last parts of ``text`` around an ellipsis so that it has at most ``max_chars`` chars."""
     if len(text) <= max_chars:
         return text
+    if max_chars < 1:
+        return ""
     head = max(0, (max_chars - 1) // 2)
     tail = max(0, max_chars - 1 - head)
     return text[:head] + "…" + (text[-tail:] if tail else "")

@@ -118,8 +118,10 @@ class _Episode:
     env: WebShopEnv
     trajectory: Trajectory
     observation: str  # the page the current turn shows
-    message: str = ""  # the current turn's user message
+    message: str = ""  # the current turn's user message (a repeated page shortened to one line)
+    full_message: str = ""  # the same with the page always in full
     turn_messages: list[str] = field(default_factory=list)  # user message of every completed turn
+    full_turn_messages: list[str] = field(default_factory=list)
     replies: list[str] = field(default_factory=list)
     segment: Segment | None = None
     history_start: int = 0  # first turn whose messages are in the current segment
@@ -183,17 +185,23 @@ class RolloutEngine:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _turns(self, ep: _Episode, start: int, current: str) -> list[tuple[str, str | None]]:
-        pairs: list[tuple[str, str | None]] = list(zip(ep.turn_messages[start:], ep.replies[start:]))
+        """(user message, reply) of turns ``start``… and then ``current``. The first turn in the context shows its
+        page in full even if it repeated the page before it, so a shortened page always has its full copy above."""
+        turn = len(ep.replies)
+        pairs: list[tuple[str, str | None]] = [
+            (ep.full_turn_messages[i] if i == start else ep.turn_messages[i], ep.replies[i]) for i in range(start, turn)]
         return pairs + [(current, None)]
 
-    def _new_segment(self, ep: _Episode, current: str) -> None:
+    def _new_segment(self, ep: _Episode) -> None:
         """Render the context from scratch: system, task and the turns the window and budget allow."""
         turn = len(ep.replies)
         start = turn if self.chat.history_turns == 0 else (
             max(0, turn - self.chat.history_turns) if self.chat.history_turns is not None else 0)
         budget = self.chat.context_budget - self.max_new_tokens
         instruction = ep.trajectory.instruction
+        cut: str | None = None  # the current message, cut to fit
         while True:
+            current = cut if cut is not None else (ep.full_message if start == turn else ep.message)
             ids = self._encode(self._render(self.chat.messages(instruction, self._turns(ep, start, current)), True))
             if len(ids) <= budget:
                 break
@@ -204,7 +212,7 @@ class RolloutEngine:
             keep = int(len(current) * budget / len(ids)) - 16
             if keep < 32:
                 raise ValueError(f"context_budget {self.chat.context_budget} cannot hold the task message")
-            current = cut_middle(current, keep)
+            cut = cut_middle(current, keep)
         ep.history_start = start
         ep.segment = Segment([], [], [], first_turn=turn)
         ep.segment.append(ids, generated=False)
@@ -215,7 +223,7 @@ class RolloutEngine:
         turn = len(ep.replies)
         window = self.chat.history_turns
         if window is not None and turn - ep.history_start > window:
-            self._new_segment(ep, current)
+            self._new_segment(ep)
             return
         # delta = what the template puts after the assistant's reply: end of turn, next user message, prompt
         instruction = ep.trajectory.instruction
@@ -229,7 +237,7 @@ class RolloutEngine:
                 delta_text = delta_text[len(eos_text):]
         delta = self._encode(delta_text)
         if len(ep.segment.token_ids) + len(delta) + self.max_new_tokens > self.chat.context_budget:
-            self._new_segment(ep, current)
+            self._new_segment(ep)
             return
         ep.segment.append(delta, generated=False)
 
@@ -262,8 +270,8 @@ class RolloutEngine:
         for env, goal_index in zip(envs, goal_indices):
             observation = env.reset(goal_index)
             ep = _Episode(env, Trajectory(goal_index, env.instruction_text), observation)
-            ep.message = self._turn_message(ep)
-            self._new_segment(ep, ep.message)
+            ep.message, ep.full_message = self._turn_message(ep), self._turn_message(ep, full=True)
+            self._new_segment(ep)
             episodes.append(ep)
 
         while True:
@@ -274,7 +282,7 @@ class RolloutEngine:
             if demonstrators is None:
                 replies = self.generate([ep.segment.token_ids for ep in live], generator, [ep.past for ep in live])
             else:
-                texts = [demonstrators[episodes.index(ep)](ep.env) for ep in live]
+                texts = [demonstrators[i](ep.env) for i, ep in enumerate(episodes) if not ep.done]
                 replies = [(ids, [0.0] * len(ids), "answer", None) for ids in map(self._encode, texts)]
             forward_s += time.perf_counter() - t
             for ep, (ids, logp, stop, past) in zip(live, replies):
@@ -291,9 +299,9 @@ class RolloutEngine:
                       "tokens_per_s": gen_tokens / elapsed}
         return [ep.trajectory for ep in episodes]
 
-    def _turn_message(self, ep: _Episode) -> str:
+    def _turn_message(self, ep: _Episode, full: bool = False) -> str:
         env, turns = ep.env, ep.trajectory.turns
-        previous = turns[-1].observation if turns else None
+        previous = turns[-1].observation if turns and not full else None
         last_action = turns[-1].action if turns else None
         return self.chat.turn_message(env.num_steps + 1, env.max_steps - env.num_steps, ep.observation,
                                       env.available_actions(), previous, last_action)
@@ -308,6 +316,7 @@ class RolloutEngine:
         trajectory.turns.append(Turn(ep.observation, reply, parsed.thought, parsed.action, parsed.error,
                                      parsed.num_actions, env_reward, done, info["valid"], len(ids), stop))
         ep.turn_messages.append(ep.message)
+        ep.full_turn_messages.append(ep.full_message)
         ep.replies.append(reply)
         ep.observation = observation
         if done:
@@ -320,7 +329,7 @@ class RolloutEngine:
                 trajectory.purchased = {"asin": info["asin"], "options": info["options"]}
             trajectory.reward = trajectory.score + self.chat.format_penalty * trajectory.format_errors
             return
-        ep.message = self._turn_message(ep)
+        ep.message, ep.full_message = self._turn_message(ep), self._turn_message(ep, full=True)
         self._extend_or_restart(ep, ep.message, ids[-1] if ids else -1)
 
     # ------------------------------------------------------------------------------------------------ decoding
@@ -361,7 +370,7 @@ class RolloutEngine:
             cache = DynamicCache(ddp_cache_data=self._stack_pasts(pasts, width_past, device), config=self.model.config)
         input_ids, attention, positions = input_ids.to(device), attention.to(device), positions.to(device)
         out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                         past_key_values=cache, use_cache=True)
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)  # only the last position's logits
         cache, logits = out.past_key_values, out.logits[:, -1, :]  # (B, V)
         next_position = positions[:, -1:] + 1  # (B, 1)
 
