@@ -27,6 +27,9 @@ def reply_for(action: str, env: WebShopEnv) -> str:
     elif arg == "back to search":
         thought = "The results do not match, so I search again."
     elif env.page.kind == "search_results":
+        # the env lower-cases the argument, so write the ASIN as the page shows it: a plain copy for the model
+        arg = arg.upper()
+        action = f"click[{arg}]"
         thought = f"{arg} matches the instruction."
     else:
         option = env.page.clickables.get(arg)

@@ -84,7 +84,7 @@ class SFTDataModule(LightningDataModule):
         key = fingerprint(str(self.env.shop().data_dir.resolve()), self.env.goals, self.env.seed,
                           self.env.split_scheme, self.env.observation_mode, self.env.max_steps, chat_dict(self.chat),
                           self.num_demos, self.num_val_demos, self.max_new_tokens,
-                          files_fingerprint(self.model_name_or_path, TOKENIZER_FILES), "oracle-v1")
+                          files_fingerprint(self.model_name_or_path, TOKENIZER_FILES), "oracle-v2")
         return self.cache_dir / f"demos-{key}.pt"
 
     def prepare_data(self) -> None:
