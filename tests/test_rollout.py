@@ -409,7 +409,7 @@ def test_the_clicked_button_is_visible_in_the_context(chat, model, tokenizer, sh
             starts = [a for a, _ in runs(segment.gen_mask, 1)]
             for start, turn in zip(starts, turns):
                 context = tokenizer.decode(segment.token_ids[:start]).lower()
-                if turn.action.startswith("click[") and f"[{turn.action[6:-1]}]" not in context:
+                if turn.action.startswith("click[") and f"[{turn.action[6:-1]}]".lower() not in context:
                     missing.append((trajectory.goal_index, turn.action))
     assert not missing
 

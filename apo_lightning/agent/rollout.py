@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from ..webshop import WebShopEnv
 from .chat import ChatFormat, ParsedReply, cut_middle, parse_reply
@@ -102,6 +103,37 @@ class Trajectory:
     @property
     def generated_tokens(self) -> int:
         return sum(sum(s.gen_mask) for s in self.segments)
+
+
+class GrowingLayer(DynamicLayer):
+    """A KV-cache layer with spare room: each decoded token is written in place instead of copying the whole
+    cache (``DynamicLayer`` concatenates, which at batch 32 and a 1,500-token context is most of a decode step).
+    The capacity doubles when it runs out; ``keys``/``values`` are views of the filled part."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self._keys = self._values = None
+            self._length = 0
+        length = self._length + key_states.shape[-2]
+        if self._keys is None or length > self._keys.shape[-2]:
+            capacity = max(length, 2 * (self._keys.shape[-2] if self._keys is not None else 0), 64)
+            keys = key_states.new_empty((*key_states.shape[:2], capacity, key_states.shape[-1]))
+            values = value_states.new_empty((*value_states.shape[:2], capacity, value_states.shape[-1]))
+            if self._length:
+                keys[..., :self._length, :] = self._keys[..., :self._length, :]
+                values[..., :self._length, :] = self._values[..., :self._length, :]
+            self._keys, self._values = keys, values
+        self._keys[..., self._length:length, :] = key_states
+        self._values[..., self._length:length, :] = value_states
+        self._length = length
+        self.keys, self.values = self._keys[..., :length, :], self._values[..., :length, :]
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized and self._length:
+            self._keys, self._values = self._keys[indices], self._values[indices]
+            self.keys, self.values = self._keys[..., :self._length, :], self._values[..., :self._length, :]
 
 
 @dataclass
@@ -365,9 +397,10 @@ class RolloutEngine:
             attention[i, width_past - n_past:width_past] = 1
             attention[i, width_past + width_new - len(tokens):] = 1
             positions[i, width_new - len(tokens):] = torch.arange(n_past, n_past + len(tokens))
-        cache = None
+        cache = self._new_cache()
         if width_past:
-            cache = DynamicCache(ddp_cache_data=self._stack_pasts(pasts, width_past, device), config=self.model.config)
+            for layer, (keys, values) in zip(cache.layers, self._stack_pasts(pasts, width_past, device)):
+                layer.update(keys, values)
         input_ids, attention, positions = input_ids.to(device), attention.to(device), positions.to(device)
         out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
                          past_key_values=cache, use_cache=True, logits_to_keep=1)  # only the last position's logits
@@ -409,6 +442,13 @@ class RolloutEngine:
             cache, logits = out.past_key_values, out.logits[:, -1, :]
             next_position = next_position + 1
         return [(tokens[i], logps[i], stops[i], new_pasts[i]) for i in range(batch)]
+
+    def _new_cache(self) -> DynamicCache:
+        """An empty cache; plain full-attention layers become ``GrowingLayer`` (same results, less copying)."""
+        cache = DynamicCache(config=self.model.config)
+        if all(type(layer) is DynamicLayer for layer in cache.layers):
+            cache.layers = [GrowingLayer() for _ in cache.layers]
+        return cache
 
     def _extract_past(self, cache, row: int, attention_row: torch.Tensor) -> _Past | None:
         """The keys/values of one row's real tokens (pads dropped), for reuse next turn."""
