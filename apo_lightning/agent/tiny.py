@@ -7,6 +7,9 @@ write), so that ASINs, option values and the reply tags tokenize compactly.
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
@@ -14,8 +17,12 @@ from typing import Iterator
 from ..webshop import WebShop, WebShopEnv
 from .chat import ChatFormat
 from .demonstrations import reply_for
-from .policy import build_tiny_policy
+from .copy_pretrain import copy_accuracy, copy_pretrain
+from .policy import build_tiny_policy, load_policy
 from .scripted import OraclePolicy
+
+
+COPY_MARKER = "apo_copy_pretrain.json"
 
 
 @dataclass
@@ -32,6 +39,10 @@ class TinyPolicySpec:
         max_position_embeddings: longest sequence in tokens.
         seed: weight initialisation seed.
         corpus_goals: how many training goals' oracle episodes go into the tokenizer corpus.
+        copy_steps: batches of copy drills after random initialisation (``copy_pretrain``; 0 = none). Without
+            them a model this small does not learn to copy from its context during SFT.
+        copy_batch_size: drills per batch.
+        copy_learning_rate: AdamW learning rate of the drills.
     """
 
     vocab_size: int = 4096
@@ -43,6 +54,9 @@ class TinyPolicySpec:
     max_position_embeddings: int = 4096
     seed: int = 0
     corpus_goals: int = 300
+    copy_steps: int = 600
+    copy_batch_size: int = 32
+    copy_learning_rate: float = 2e-3
 
 
 def tokenizer_corpus(shop: WebShop, chat: ChatFormat, goal_indices: list[int], max_steps: int = 15) -> Iterator[str]:
@@ -75,7 +89,10 @@ def tokenizer_corpus(shop: WebShop, chat: ChatFormat, goal_indices: list[int], m
 
 def ensure_tiny_policy(out_dir: str | Path, spec: TinyPolicySpec, shop: WebShop, chat: ChatFormat,
                        train_goals: list[int]) -> Path:
-    """Build the tiny tokenizer and randomly initialised model into ``out_dir`` unless already there.
+    """Build the tiny tokenizer and model into ``out_dir`` and run its copy drills, unless already done.
+
+    The copy drills' settings and result (final loss, exact-copy accuracy on held-out drills) are recorded in
+    ``out_dir/apo_copy_pretrain.json``, written last.
 
     Raises:
         ValueError: ``out_dir`` holds a tiny build made with other settings or data (choose another folder).
@@ -83,5 +100,26 @@ def ensure_tiny_policy(out_dir: str | Path, spec: TinyPolicySpec, shop: WebShop,
     settings = asdict(spec)
     corpus_goals = settings.pop("corpus_goals")
     vocab_size = settings.pop("vocab_size")
+    drills = {k: settings.pop(k) for k in ("copy_steps", "copy_batch_size", "copy_learning_rate")}
+    drills["seed"] = spec.seed
     texts = list(tokenizer_corpus(shop, chat, train_goals[:corpus_goals]))
-    return build_tiny_policy(texts, out_dir, vocab_size, **settings)
+    path = build_tiny_policy(texts, out_dir, vocab_size, **settings)
+    marker = path / COPY_MARKER
+    done = json.loads(marker.read_text()) if marker.exists() else None
+    if drills["copy_steps"] == 0 or (done is not None and done["settings"] == drills):
+        return path
+    if done is not None:
+        raise ValueError(f"{path} was copy-pretrained with {done['settings']}, not {drills}; remove it to rebuild")
+    model, tokenizer = load_policy(str(path))
+    copy_texts = [p["Title"] for p in shop.products] + [shop.goals[i]["instruction_text"] for i in train_goals]
+    copy_texts += [value for p in shop.products for values in p["options"].values() for value in values]
+    labels = [p["asin"] for p in shop.products]
+    losses = copy_pretrain(model, tokenizer, copy_texts, labels, drills["copy_steps"], drills["copy_batch_size"],
+                           drills["copy_learning_rate"], drills["seed"])
+    accuracy = copy_accuracy(model, tokenizer, copy_texts, labels)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        model.save_pretrained(tmp)
+        os.replace(Path(tmp) / "model.safetensors", path / "model.safetensors")
+    marker.write_text(json.dumps({"settings": drills, "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+                                  "exact_copy_accuracy": accuracy}, indent=1))
+    return path
