@@ -17,7 +17,9 @@ from typing import Iterator
 from ..webshop import WebShop, WebShopEnv
 from .chat import ChatFormat
 from .demonstrations import reply_for
-from .copy_pretrain import copy_accuracy, copy_pretrain
+import torch
+
+from .copy_pretrain import TurnDrills, copy_accuracy, copy_pretrain
 from .policy import build_tiny_policy, load_policy
 from .scripted import OraclePolicy
 
@@ -39,10 +41,11 @@ class TinyPolicySpec:
         max_position_embeddings: longest sequence in tokens.
         seed: weight initialisation seed.
         corpus_goals: how many training goals' oracle episodes go into the tokenizer corpus.
-        copy_steps: batches of copy drills after random initialisation (``copy_pretrain``; 0 = none). Without
+        copy_steps: batches of turn drills after random initialisation (``copy_pretrain``; 0 = none). Without
             them a model this small does not learn to copy from its context during SFT.
         copy_batch_size: drills per batch.
         copy_learning_rate: AdamW learning rate of the drills.
+        copy_device: where the drills train: "auto" (CUDA when available, else CPU), "cpu" or "cuda".
     """
 
     vocab_size: int = 4096
@@ -54,9 +57,10 @@ class TinyPolicySpec:
     max_position_embeddings: int = 4096
     seed: int = 0
     corpus_goals: int = 300
-    copy_steps: int = 600
+    copy_steps: int = 400
     copy_batch_size: int = 32
     copy_learning_rate: float = 2e-3
+    copy_device: str = "auto"
 
 
 def tokenizer_corpus(shop: WebShop, chat: ChatFormat, goal_indices: list[int], max_steps: int = 15) -> Iterator[str]:
@@ -100,6 +104,7 @@ def ensure_tiny_policy(out_dir: str | Path, spec: TinyPolicySpec, shop: WebShop,
     settings = asdict(spec)
     corpus_goals = settings.pop("corpus_goals")
     vocab_size = settings.pop("vocab_size")
+    device = settings.pop("copy_device")
     drills = {k: settings.pop(k) for k in ("copy_steps", "copy_batch_size", "copy_learning_rate")}
     drills["seed"] = spec.seed
     texts = list(tokenizer_corpus(shop, chat, train_goals[:corpus_goals]))
@@ -110,13 +115,15 @@ def ensure_tiny_policy(out_dir: str | Path, spec: TinyPolicySpec, shop: WebShop,
         return path
     if done is not None:
         raise ValueError(f"{path} was copy-pretrained with {done['settings']}, not {drills}; remove it to rebuild")
-    model, tokenizer = load_policy(str(path))
-    copy_texts = [p["Title"] for p in shop.products] + [shop.goals[i]["instruction_text"] for i in train_goals]
-    copy_texts += [value for p in shop.products for values in p["options"].values() for value in values]
-    labels = [p["asin"] for p in shop.products]
-    losses = copy_pretrain(model, tokenizer, copy_texts, labels, drills["copy_steps"], drills["copy_batch_size"],
-                           drills["copy_learning_rate"], drills["seed"])
-    accuracy = copy_accuracy(model, tokenizer, copy_texts, labels)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_policy(str(path), device=device)
+    held_out = max(1, min(64, len(train_goals) // 10))  # goals for the accuracy check, never drilled
+    drill_goals, check_goals = train_goals[:-held_out], train_goals[-held_out:]
+    losses = copy_pretrain(model, TurnDrills(shop, chat, tokenizer, drill_goals), drills["copy_steps"],
+                           drills["copy_batch_size"], drills["copy_learning_rate"], drills["seed"])
+    accuracy = copy_accuracy(model, TurnDrills(shop, chat, tokenizer, check_goals))
+    model.to("cpu")
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         model.save_pretrained(tmp)
         os.replace(Path(tmp) / "model.safetensors", path / "model.safetensors")

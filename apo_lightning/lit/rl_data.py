@@ -45,6 +45,8 @@ class VStarConfig:
         drop_all_zero: train only on goals where some reference sample scored above 0.
         refresh_every: re-estimate V* with the current policy every K training batches (0 = never).
         cache_dir: where V* tables are cached.
+        device: where the stage-1 rollouts run: "auto" (CUDA when available, else CPU), "cpu" or "cuda". Not a
+            part of the cache key: samples drawn on either device estimate the same V*.
     """
 
     num_samples: int = 8
@@ -54,6 +56,7 @@ class VStarConfig:
     drop_all_zero: bool = False
     refresh_every: int = 0
     cache_dir: str = "data/vstar"
+    device: str = "auto"
 
 
 class RolloutStream(IterableDataset):
@@ -204,7 +207,10 @@ class WebShopRLDataModule(LightningDataModule):
         def compute_fn() -> dict[str, list[float]]:
             if not compute:
                 raise RuntimeError(f"no V* table in {self.vstar.cache_dir} for this run (prepare_data computes it)")
-            return self.sample_rewards(model, tokenizer, self.pool(), "vstar")
+            device = self.vstar.device
+            if device == "auto":
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+            return self.sample_rewards(model.to(device), tokenizer, self.pool(), "vstar")
 
         return VStarCache(self.vstar.cache_dir).get_or_compute(key_parts, compute_fn, self.vstar.beta1)
 
