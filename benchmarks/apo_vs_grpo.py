@@ -55,7 +55,7 @@ def worker(args: argparse.Namespace) -> None:
     ]
     from cli import APOLightningCLI
 
-    cli = APOLightningCLI(subclass_mode_model=True, subclass_mode_data=True, run=False,
+    cli = APOLightningCLI(subclass_mode_model=True, subclass_mode_data=True, run=False, save_config_callback=None,
                           args=["--config", str(REPO / "configs" / "webshop_1k.yaml"), *overrides])
     cli.trainer.callbacks.append(timer)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)

@@ -3,8 +3,8 @@
     python benchmarks/rollout_throughput.py                  # tiny default policy, then SmolLM2-135M-Instruct
     python benchmarks/rollout_throughput.py --skip-smollm2 --threads 2
 
-The tiny default policy (``TinyPolicySpec()``: 4 layers, width 192, 4k BPE vocabulary) is built untrained into
-``--tiny-dir`` (a temporary folder unless given) and plays the same ``--goals`` goals twice, sampling at temperature
+The tiny default policy (``TinyPolicySpec(copy_steps=0)``: 4 layers, width 192, 4k BPE vocabulary) is built
+untrained into ``--tiny-dir`` (a temporary folder unless given) and plays the same ``--goals`` goals twice, sampling at temperature
 1.0: one episode at a time (batch 1, the baseline measured in the same run) and all of them in one lockstep batch.
 SmolLM2-135M-Instruct (``load_policy("smollm2-135m-instruct")``) does the same on a few goals with shorter
 episodes. An untrained model writes junk until ``max_new_tokens`` every turn, so no reply parses, every step is a
@@ -122,8 +122,8 @@ def main() -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        tiny_dir = ensure_tiny_policy(args.tiny_dir or os.path.join(tmp, "tiny"), TinyPolicySpec(), shop, chat,
-                                      list(shop.split("train")))
+        tiny_dir = ensure_tiny_policy(args.tiny_dir or os.path.join(tmp, "tiny"), TinyPolicySpec(copy_steps=0),
+                                      shop, chat, list(shop.split("train")))
         model, tokenizer = load_policy(str(tiny_dir))
         print(f"tiny policy: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters, vocabulary "
               f"{len(tokenizer)} (built/loaded in {time.perf_counter() - start:.1f} s)", flush=True)

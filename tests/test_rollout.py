@@ -502,3 +502,18 @@ def test_smollm2_log_probs_and_mask(shop):
     trajectories = play(engine, shop, goals=GOALS[:2], seed=0, max_steps=2)
     check_bookkeeping(engine, trajectories)
     check_template(engine, shop, trajectories, max_steps=2)
+
+
+def test_sampling_draws_tokens_with_their_probabilities():
+    """The inverse-CDF draw in ``_sample``: frequencies match softmax(logits / T) and zero-probability tokens never
+    come up."""
+    engine = RolloutEngine.__new__(RolloutEngine)
+    engine.greedy, engine.temperature, engine.top_p = False, 1.0, 1.0
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.2])
+    logits = torch.log(probs).expand(20000, 4).clone()
+    draws = engine._sample(logits, torch.Generator().manual_seed(0))
+    frequencies = torch.bincount(draws, minlength=4).float() / len(draws)
+    assert frequencies[1] == 0
+    assert torch.allclose(frequencies, probs, atol=0.015)
+    again = engine._sample(logits, torch.Generator().manual_seed(0))
+    assert torch.equal(draws, again)

@@ -488,7 +488,12 @@ class RolloutEngine:
             outside = sorted_probs.cumsum(-1) - sorted_probs > self.top_p  # keep the smallest set reaching top_p
             sorted_probs = sorted_probs.masked_fill(outside, 0.0)
             probs = torch.zeros_like(probs).scatter(1, order, sorted_probs)
-        return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
+        # inverse-CDF draw: one uniform per row from the seeded generator (torch.multinomial is several times
+        # slower on the CPU at this size); right=True never picks a zero-probability token
+        uniform = torch.rand((probs.shape[0], 1), generator=generator).to(probs.device)
+        cdf = probs.cumsum(dim=-1)
+        chosen = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(1)
+        return chosen.clamp_(max=probs.shape[-1] - 1)
 
 
 def collate_trajectories(trajectories: Sequence[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:

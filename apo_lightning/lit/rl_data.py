@@ -178,7 +178,8 @@ class WebShopRLDataModule(LightningDataModule):
                                temperature=self.vstar.temperature)
         repeated = [g for g in goals for _ in range(self.vstar.num_samples)]
         trajectories = rollout_goals(engine, self.env.shop(), repeated, self.vstar.batch_size,
-                                     seed=derive_seed(self.env.seed, seed_tag), observation_mode=self.env.observation_mode,
+                                     seed=derive_seed(self.env.seed, seed_tag),
+                                     observation_mode=self.env.observation_mode,
                                      max_steps=self.env.max_steps, progress=True)
         rewards: dict[str, list[float]] = {str(g): [] for g in goals}
         for t in trajectories:
