@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from apo_lightning.lit.callbacks import parameters_sha256
-from apo_lightning.lit.rl_module import pack_generated
+from apo_lightning.lit.rl_module import generated_logprobs, pack_generated
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -162,3 +162,29 @@ def test_v_star_cache_key_covers_what_v_star_depends_on():
     assert key(vstar=VStarConfig(num_samples=2, cache_dir="elsewhere")) == base  # where it is stored is not a part
     # the cache keeps the N rewards and V* is recomputed from them for any beta1, so beta1 never re-samples
     assert key(vstar=VStarConfig(num_samples=2, beta1=0.1)) == base
+
+
+def test_generated_logprobs_match_the_full_logits_path():
+    """Head + log-softmax at generated positions only (no mask on a right-padded batch) = the full-logits
+    log-probs on every generated token, 0 elsewhere, with gradients."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from apo_lightning.apo.losses import token_logprobs
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2))
+    input_ids = torch.randint(1, 50, (3, 12))
+    attention_mask = torch.ones(3, 12, dtype=torch.long)
+    attention_mask[1, 9:] = 0
+    attention_mask[2, 5:] = 0
+    gen_mask = torch.zeros(3, 12)
+    gen_mask[0, 3:7] = gen_mask[0, 10:] = 1
+    gen_mask[1, 6:9] = 1
+    gen_mask[2, 2:5] = 1
+    full = token_logprobs(model(input_ids=input_ids, attention_mask=attention_mask).logits, input_ids) * gen_mask
+    fast = generated_logprobs(model, input_ids, attention_mask, gen_mask)
+    assert torch.allclose(fast, full, atol=1e-5)
+    assert (fast[gen_mask == 0] == 0).all()
+    fast.sum().backward()
+    assert model.model.embed_tokens.weight.grad is not None

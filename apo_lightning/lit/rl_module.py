@@ -64,6 +64,42 @@ class LoraSettings:
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+def generated_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                        gen_mask: torch.Tensor) -> torch.Tensor:
+    """log π(token | prefix) of every generated token, computed without the full (S, T, V) logits.
+
+    The decoder body runs over the whole sequences, but the output head and the log-softmax only at the positions
+    that predict a generated token, which is what the losses read: at 4k-token contexts and a 4k vocabulary the
+    full logits were most of a training step's memory. Right-padded batches (``collate_trajectories``) run with no
+    attention mask, so the attention is plain causal (PyTorch's fused kernel, memory linear in T instead of a
+    T × T matrix per head); pads sit after every real token, so no real token attends to them. Models without
+    ``get_decoder``/``get_output_embeddings``, or with a logit soft-cap, take the full-logits path.
+
+    Args:
+        model: a causal LM (``transformers`` or a PEFT wrapper of one).
+        input_ids: (S, T) int64.
+        attention_mask: (S, T) 0/1.
+        gen_mask: (S, T), 1 on generated tokens.
+
+    Returns:
+        (S, T) float32: the log-probability at every generated token (t ≥ 1), 0 elsewhere; differentiable.
+    """
+    right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    if head is None or not hasattr(model, "get_decoder") or softcap:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        return token_logprobs(logits, input_ids) * (gen_mask != 0)
+    hidden = model.get_decoder()(input_ids=input_ids,
+                                 attention_mask=None if right_padded else attention_mask).last_hidden_state
+    rows, cols = gen_mask[:, 1:].nonzero(as_tuple=True)  # token (row, cols + 1) is predicted at (row, cols)
+    logits = head(hidden[rows, cols]).float()  # (K, V)
+    targets = input_ids[rows, cols + 1]
+    chosen = logits.gather(1, targets[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    return out.index_put((rows, cols + 1), chosen)
+
+
 def pack_generated(values: torch.Tensor, gen_mask: torch.Tensor, traj_index: torch.Tensor,
                    num_trajectories: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Gather the generated-token values of every trajectory's segments into one row per trajectory.
@@ -167,15 +203,14 @@ class WebShopRLModule(LightningModule):
 
     on_validation_start = on_test_start = on_fit_start
 
-    def reference_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """log π_ref of each token, (S, T) float32, without gradients."""
+    def reference_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                           gen_mask: torch.Tensor) -> torch.Tensor:
+        """log π_ref of each generated token, (S, T) float32 (0 elsewhere), without gradients."""
         with torch.no_grad():
             if self.reference is None:  # LoRA: the base network is the reference
                 with self.policy.disable_adapter():
-                    logits = self.policy(input_ids=input_ids, attention_mask=attention_mask).logits
-            else:
-                logits = self.reference(input_ids=input_ids, attention_mask=attention_mask).logits
-            return token_logprobs(logits, input_ids)
+                    return generated_logprobs(self.policy, input_ids, attention_mask, gen_mask)
+            return generated_logprobs(self.reference, input_ids, attention_mask, gen_mask)
 
     def engine(self, chat, greedy: bool) -> RolloutEngine:
         """A rollout engine over the current policy."""
@@ -219,9 +254,8 @@ class WebShopRLModule(LightningModule):
         hp = self.hparams
         trajectories: list[Trajectory] = batch["trajectories"]
         n = len(trajectories)
-        logits = self.policy(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        logp = token_logprobs(logits, batch["input_ids"])  # (S, T)
-        ref_logp = self.reference_logprobs(batch["input_ids"], batch["attention_mask"])  # (S, T)
+        logp = generated_logprobs(self.policy, batch["input_ids"], batch["attention_mask"], batch["gen_mask"])  # (S, T)
+        ref_logp = self.reference_logprobs(batch["input_ids"], batch["attention_mask"], batch["gen_mask"])  # (S, T)
         packed_logp, mask = pack_generated(logp, batch["gen_mask"], batch["traj_index"], n)  # (B, G)
         packed_ref, _ = pack_generated(ref_logp, batch["gen_mask"], batch["traj_index"], n)
         if hp.algorithm == "apo":
