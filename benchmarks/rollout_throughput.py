@@ -4,12 +4,12 @@
     python benchmarks/rollout_throughput.py --skip-smollm2 --threads 2
 
 The tiny default policy (``TinyPolicySpec(copy_steps=0)``: 4 layers, width 192, 4k BPE vocabulary) is built
-untrained into ``--tiny-dir`` (a temporary folder unless given) and plays the same ``--goals`` goals twice, sampling at temperature
-1.0: one episode at a time (batch 1, the baseline measured in the same run) and all of them in one lockstep batch.
-SmolLM2-135M-Instruct (``load_policy("smollm2-135m-instruct")``) does the same on a few goals with shorter
-episodes. An untrained model writes junk until ``max_new_tokens`` every turn, so no reply parses, every step is a
-no-op on the search page and every episode runs to ``max_steps``: the worst case for throughput (the longest
-replies and the most turns), and the same work in both batch modes.
+untrained into ``--tiny-dir`` (a temporary folder unless given) and plays the same ``--goals`` goals twice,
+sampling at temperature 1.0: one episode at a time (batch 1, the baseline measured in the same run) and all of
+them in one lockstep batch. SmolLM2-135M-Instruct (``load_policy("smollm2-135m-instruct")``) does the same on a
+few goals with shorter episodes. An untrained model writes junk until ``max_new_tokens`` every turn, so no reply
+parses, every step is a no-op on the search page and every episode runs to ``max_steps``: the worst case for
+throughput (the longest replies and the most turns), and the same work in both batch modes.
 
 Prints one line per run, the speed-up batch B / batch 1 (target: at least 8x for the tiny policy at batch 32) and,
 last, one JSON object with every number.

@@ -30,7 +30,8 @@ from ..apo.losses import sft_loss
 from ..webshop import WebShop, WebShopEnv
 from .chat import ChatFormat
 from .demonstrations import reply_for
-from .scripted import OraclePolicy
+from .rollout import pad_batch
+from .scripted import OraclePolicy, strip_price
 
 #: The page kinds a drill is drawn from, in episode order.
 DRILL_PAGES = ("index", "search_results", "item_page")
@@ -101,27 +102,13 @@ class TurnDrills:
             other = self.shop.goals[rng.choice(self.goal_indices)]["instruction_text"]
             spliced = splice_instructions(rng, instruction, other)
             user = user.replace(instruction, spliced)
-            reply = reply.replace(self.oracle.queries[0], OraclePolicy._queries({"instruction_text": spliced,
-                                                                                 "goal_options": {}})[0])
+            reply = reply.replace(self.oracle.queries[0], strip_price(spliced))
             instruction = spliced
         messages = self.chat.messages(instruction, [(user, None)])
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         reply_ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
         return {"input_ids": prompt_ids + reply_ids, "gen_mask": [0] * len(prompt_ids) + [1] * len(reply_ids)}
-
-
-def _pad(examples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
-    width = max(len(e["input_ids"]) for e in examples)
-    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(examples), width), dtype=torch.long)
-    gen_mask = torch.zeros((len(examples), width), dtype=torch.float32)
-    for i, e in enumerate(examples):
-        n = len(e["input_ids"])
-        input_ids[i, :n] = torch.tensor(e["input_ids"])
-        attention[i, :n] = 1
-        gen_mask[i, :n] = torch.tensor(e["gen_mask"], dtype=torch.float32)
-    return {"input_ids": input_ids, "attention_mask": attention, "gen_mask": gen_mask}
 
 
 @torch.no_grad()
@@ -167,7 +154,7 @@ def copy_pretrain(model, drills: TurnDrills, steps: int = 400, batch_size: int =
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
     losses = []
     for _ in tqdm(range(steps), desc="turn drills", file=sys.stderr):
-        batch = _pad([drills.draw(rng) for _ in range(batch_size)], drills.tokenizer.pad_token_id)
+        batch = pad_batch([drills.draw(rng) for _ in range(batch_size)], drills.tokenizer.pad_token_id)
         batch = {k: v.to(device) for k, v in batch.items()}
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         loss = sft_loss(logits, batch["input_ids"], batch["gen_mask"])

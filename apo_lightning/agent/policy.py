@@ -525,6 +525,13 @@ def load_policy(
     return _ready(model.to(device), tokenizer)
 
 
+def resolve_device(device: str) -> str:
+    """``"auto"`` → ``"cuda"`` when a GPU is available, else ``"cpu"``; any other value unchanged."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
 def count_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:
     """Number of distinct parameters (tied weights counted once).
 

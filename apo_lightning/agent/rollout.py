@@ -496,6 +496,22 @@ class RolloutEngine:
         return chosen.clamp_(max=probs.shape[-1] - 1)
 
 
+def pad_batch(examples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad ``{"input_ids": list, "gen_mask": list}`` examples to ``input_ids/attention_mask/gen_mask (B, T)``."""
+    width = max(len(e["input_ids"]) for e in examples)
+    batch = {
+        "input_ids": torch.full((len(examples), width), pad_id, dtype=torch.long),
+        "attention_mask": torch.zeros((len(examples), width), dtype=torch.long),
+        "gen_mask": torch.zeros((len(examples), width), dtype=torch.float32),
+    }
+    for i, e in enumerate(examples):
+        n = len(e["input_ids"])
+        batch["input_ids"][i, :n] = torch.tensor(e["input_ids"])
+        batch["attention_mask"][i, :n] = 1
+        batch["gen_mask"][i, :n] = torch.tensor(e["gen_mask"], dtype=torch.float32)
+    return batch
+
+
 def collate_trajectories(trajectories: Sequence[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded training tensors for a batch of trajectories.
 

@@ -16,11 +16,9 @@ from typing import Iterator
 
 from ..webshop import WebShop, WebShopEnv
 from .chat import ChatFormat
-from .demonstrations import reply_for
-import torch
-
 from .copy_pretrain import TurnDrills, copy_accuracy, copy_pretrain
-from .policy import build_tiny_policy, load_policy
+from .demonstrations import reply_for
+from .policy import build_tiny_policy, load_policy, resolve_device
 from .scripted import OraclePolicy
 
 
@@ -115,9 +113,7 @@ def ensure_tiny_policy(out_dir: str | Path, spec: TinyPolicySpec, shop: WebShop,
         return path
     if done is not None:
         raise ValueError(f"{path} was copy-pretrained with {done['settings']}, not {drills}; remove it to rebuild")
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_policy(str(path), device=device)
+    model, tokenizer = load_policy(str(path), device=resolve_device(device))
     held_out = max(1, min(64, len(train_goals) // 10))  # goals for the accuracy check, never drilled
     drill_goals, check_goals = train_goals[:-held_out], train_goals[-held_out:]
     losses = copy_pretrain(model, TurnDrills(shop, chat, tokenizer, drill_goals), drills["copy_steps"],

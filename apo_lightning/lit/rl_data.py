@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ..agent.chat import ChatFormat
 from ..agent.evaluate import rollout_goals
-from ..agent.policy import load_policy
+from ..agent.policy import load_policy, resolve_device
 from ..agent.rollout import RolloutEngine, derive_seed
 from ..agent.tiny import TinyPolicySpec
 from ..apo.vstar import VStarCache, VStarTable, hash_state_dict
@@ -208,10 +208,7 @@ class WebShopRLDataModule(LightningDataModule):
         def compute_fn() -> dict[str, list[float]]:
             if not compute:
                 raise RuntimeError(f"no V* table in {self.vstar.cache_dir} for this run (prepare_data computes it)")
-            device = self.vstar.device
-            if device == "auto":
-                device = "cuda" if torch.cuda.is_available() else "cpu"
-            return self.sample_rewards(model.to(device), tokenizer, self.pool(), "vstar")
+            return self.sample_rewards(model.to(resolve_device(self.vstar.device)), tokenizer, self.pool(), "vstar")
 
         return VStarCache(self.vstar.cache_dir).get_or_compute(key_parts, compute_fn, self.vstar.beta1)
 

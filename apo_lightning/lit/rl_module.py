@@ -254,8 +254,9 @@ class WebShopRLModule(LightningModule):
         hp = self.hparams
         trajectories: list[Trajectory] = batch["trajectories"]
         n = len(trajectories)
-        logp = generated_logprobs(self.policy, batch["input_ids"], batch["attention_mask"], batch["gen_mask"])  # (S, T)
-        ref_logp = self.reference_logprobs(batch["input_ids"], batch["attention_mask"], batch["gen_mask"])  # (S, T)
+        tokens, attention, gen_mask = batch["input_ids"], batch["attention_mask"], batch["gen_mask"]
+        logp = generated_logprobs(self.policy, tokens, attention, gen_mask)  # (S, T)
+        ref_logp = self.reference_logprobs(tokens, attention, gen_mask)  # (S, T)
         packed_logp, mask = pack_generated(logp, batch["gen_mask"], batch["traj_index"], n)  # (B, G)
         packed_ref, _ = pack_generated(ref_logp, batch["gen_mask"], batch["traj_index"], n)
         if hp.algorithm == "apo":

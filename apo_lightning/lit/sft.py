@@ -23,29 +23,13 @@ from ..agent.chat import ChatFormat
 from ..agent.demonstrations import oracle_demonstrations
 from ..agent.evaluate import rollout_goals, trajectory_metrics
 from ..agent.policy import load_policy
-from ..agent.rollout import RolloutEngine
+from ..agent.rollout import RolloutEngine, pad_batch
 from ..agent.tiny import TinyPolicySpec
 from ..apo.losses import sft_loss
 from .common import EnvConfig, atomic_torch_save, chat_dict, ensure_policy, export_policy, files_fingerprint, fingerprint
 
 log = logging.getLogger(__name__)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
-
-
-def pad_batch(examples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad ``{"input_ids": list, "gen_mask": list}`` examples to ``input_ids/attention_mask/gen_mask (B, T)``."""
-    width = max(len(e["input_ids"]) for e in examples)
-    batch = {
-        "input_ids": torch.full((len(examples), width), pad_id, dtype=torch.long),
-        "attention_mask": torch.zeros((len(examples), width), dtype=torch.long),
-        "gen_mask": torch.zeros((len(examples), width), dtype=torch.float32),
-    }
-    for i, e in enumerate(examples):
-        n = len(e["input_ids"])
-        batch["input_ids"][i, :n] = torch.tensor(e["input_ids"])
-        batch["attention_mask"][i, :n] = 1
-        batch["gen_mask"][i, :n] = torch.tensor(e["gen_mask"], dtype=torch.float32)
-    return batch
 
 
 class SFTDataModule(LightningDataModule):
