@@ -144,7 +144,11 @@ class WebShopRLModule(LightningModule):
         weight_decay: AdamW weight decay.
         warmup_steps: linear learning-rate warm-up steps.
         max_new_tokens: reply token limit per turn.
-        temperature: sampling temperature of training rollouts.
+        temperature: sampling temperature of training rollouts. The loss always reads the untempered log π and
+            log π_ref: A*-PO's regression target ``β2 ln π*/π_ref = r − V*`` holds for every trajectory, so
+            trajectories drawn from a sharper sampler (T < 1, nearer the greedy policy that is evaluated) are as
+            valid a regression set as on-policy ones; V* stays the reference's (``vstar.temperature``). GRPO
+            with T ≠ 1 treats the recorded untempered log π as the old policy.
         top_p: nucleus sampling of training rollouts.
         grpo: GRPO settings (used when ``algorithm == "grpo"``).
         lora: LoRA settings (rank 0 = full fine-tuning).
