@@ -496,19 +496,27 @@ class RolloutEngine:
         return chosen.clamp_(max=probs.shape[-1] - 1)
 
 
-def pad_batch(examples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad ``{"input_ids": list, "gen_mask": list}`` examples to ``input_ids/attention_mask/gen_mask (B, T)``."""
+def pad_batch(examples: list[dict], pad_id: int, per_token: Sequence[str] = ("gen_mask",)) -> dict[str, torch.Tensor]:
+    """Right-pad examples of token lists to ``input_ids/attention_mask (B, T) int64`` and one ``(B, T) float32``
+    tensor per key in ``per_token`` (0 after each example's end).
+
+    Args:
+        examples: dicts with ``"input_ids"`` (a list of ints) and, per key in ``per_token``, a list of floats of the
+            same length.
+        pad_id: token id written after each example's end.
+        per_token: the float per-token keys to pad (default: the generated-token mask).
+    """
     width = max(len(e["input_ids"]) for e in examples)
-    batch = {
-        "input_ids": torch.full((len(examples), width), pad_id, dtype=torch.long),
-        "attention_mask": torch.zeros((len(examples), width), dtype=torch.long),
-        "gen_mask": torch.zeros((len(examples), width), dtype=torch.float32),
-    }
+    shape = (len(examples), width)
+    batch = {"input_ids": torch.full(shape, pad_id, dtype=torch.long),
+             "attention_mask": torch.zeros(shape, dtype=torch.long)}
+    batch.update({key: torch.zeros(shape, dtype=torch.float32) for key in per_token})
     for i, e in enumerate(examples):
         n = len(e["input_ids"])
-        batch["input_ids"][i, :n] = torch.tensor(e["input_ids"])
+        batch["input_ids"][i, :n] = torch.tensor(e["input_ids"], dtype=torch.long)
         batch["attention_mask"][i, :n] = 1
-        batch["gen_mask"][i, :n] = torch.tensor(e["gen_mask"], dtype=torch.float32)
+        for key in per_token:
+            batch[key][i, :n] = torch.tensor(e[key], dtype=torch.float32)
     return batch
 
 
@@ -522,21 +530,9 @@ def collate_trajectories(trajectories: Sequence[Trajectory], pad_id: int) -> dic
         ``success (B,)`` float32 and ``goal_index (B,)`` int64. S = B with full history (one segment each).
     """
     segments = [(i, s) for i, t in enumerate(trajectories) for s in t.segments]
-    width = max(len(s.token_ids) for _, s in segments)
-    n = len(segments)
-    batch = {
-        "input_ids": torch.full((n, width), pad_id, dtype=torch.long),
-        "attention_mask": torch.zeros((n, width), dtype=torch.long),
-        "gen_mask": torch.zeros((n, width), dtype=torch.float32),
-        "old_logp": torch.zeros((n, width), dtype=torch.float32),
-        "traj_index": torch.tensor([i for i, _ in segments], dtype=torch.long),
-    }
-    for row, (_, s) in enumerate(segments):
-        length = len(s.token_ids)
-        batch["input_ids"][row, :length] = torch.tensor(s.token_ids, dtype=torch.long)
-        batch["attention_mask"][row, :length] = 1
-        batch["gen_mask"][row, :length] = torch.tensor(s.gen_mask, dtype=torch.float32)
-        batch["old_logp"][row, :length] = torch.tensor(s.logp, dtype=torch.float32)
+    batch = pad_batch([{"input_ids": s.token_ids, "gen_mask": s.gen_mask, "old_logp": s.logp} for _, s in segments],
+                      pad_id, per_token=("gen_mask", "old_logp"))
+    batch["traj_index"] = torch.tensor([i for i, _ in segments], dtype=torch.long)
     batch["reward"] = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
     batch["score"] = torch.tensor([t.score for t in trajectories], dtype=torch.float32)
     batch["success"] = torch.tensor([float(t.success) for t in trajectories], dtype=torch.float32)
