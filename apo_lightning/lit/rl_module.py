@@ -261,13 +261,13 @@ class WebShopRLModule(LightningModule):
         tokens, attention, gen_mask = batch["input_ids"], batch["attention_mask"], batch["gen_mask"]
         logp = generated_logprobs(self.policy, tokens, attention, gen_mask)  # (S, T)
         ref_logp = self.reference_logprobs(tokens, attention, gen_mask)  # (S, T)
-        packed_logp, mask = pack_generated(logp, batch["gen_mask"], batch["traj_index"], n)  # (B, G)
-        packed_ref, _ = pack_generated(ref_logp, batch["gen_mask"], batch["traj_index"], n)
+        packed_logp, mask = pack_generated(logp, gen_mask, batch["traj_index"], n)  # (B, G)
+        packed_ref, _ = pack_generated(ref_logp, gen_mask, batch["traj_index"], n)
         if hp.algorithm == "apo":
             loss, stats = apo_loss(packed_logp, packed_ref, mask, batch["reward"], batch["v_star"], hp.beta2)
             self.log("train/v_star_mean", batch["v_star"].mean(), batch_size=n)
         else:
-            packed_old, _ = pack_generated(batch["old_logp"], batch["gen_mask"], batch["traj_index"], n)
+            packed_old, _ = pack_generated(batch["old_logp"], gen_mask, batch["traj_index"], n)
             grpo = self.grpo_config
             advantages = grpo_advantages(batch["reward"], batch["group"], scale=grpo.scale_advantages)
             loss, stats = grpo_loss(packed_logp, packed_old, packed_ref, mask, advantages, grpo.clip_eps, grpo.beta_kl)
