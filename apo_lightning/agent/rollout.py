@@ -214,7 +214,10 @@ class RolloutEngine:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
 
     def _encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        # verbose=False: ``_new_segment`` measures candidate contexts longer than the model's limit on purpose
+        # (then drops turns until one fits), which would otherwise log transformers' "longer than the specified
+        # maximum sequence length" warning although no such input ever reaches the model.
+        return self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
 
     def _turns(self, ep: _Episode, start: int, current: str) -> list[tuple[str, str | None]]:
         """(user message, reply) of turns ``start``… and then ``current``. The first turn in the context shows its
