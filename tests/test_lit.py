@@ -174,11 +174,12 @@ def test_generated_logprobs_match_the_full_logits_path():
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=2))
-    input_ids = torch.randint(1, 50, (3, 12))
-    attention_mask = torch.ones(3, 12, dtype=torch.long)
+    input_ids = torch.randint(1, 50, (4, 12))  # right-padded segments of lengths 12, 9, 5, 7; the last has no
+    attention_mask = torch.ones(4, 12, dtype=torch.long)  # generated token (each segment runs cut to its length)
     attention_mask[1, 9:] = 0
     attention_mask[2, 5:] = 0
-    gen_mask = torch.zeros(3, 12)
+    attention_mask[3, 7:] = 0
+    gen_mask = torch.zeros(4, 12)
     gen_mask[0, 3:7] = gen_mask[0, 10:] = 1
     gen_mask[1, 6:9] = 1
     gen_mask[2, 2:5] = 1
