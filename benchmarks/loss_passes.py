@@ -7,8 +7,9 @@ The policy plays ``--trajectories`` real training goals once (temperature 1.0, f
 collated batch goes through the two ways of computing the generated tokens' log π, each timed as a reference
 forward (no grad) plus a policy forward and backward, ``--repeats`` times (best time kept):
 
-- baseline: the decoder over the whole right-padded ``(S, T)`` batch (how ``generated_logprobs`` ran before);
-- ``generated_logprobs``: each segment cut to its own length, no compute on padding.
+- baseline, ``generated_logprobs(..., per_segment=False)``: the decoder over the whole right-padded ``(S, T)``
+  batch (how it ran before per-segment passes);
+- ``generated_logprobs`` (default ``per_segment=True``): each segment cut to its own length, no compute on padding.
 
 Prints the batch shape and padding share, both timings, the speed-up (baseline / per-segment) and the largest
 log-prob difference between the two (they compute the same thing), then one JSON object with every number.
@@ -34,26 +35,16 @@ from apo_lightning.lit.rl_module import generated_logprobs
 from apo_lightning.webshop import WebShop
 
 
-def padded_batch_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                          gen_mask: torch.Tensor) -> torch.Tensor:
-    """The baseline: decoder over the padded (S, T) batch (no mask: right padding), head at generated positions."""
-    hidden = model.get_decoder()(input_ids=input_ids).last_hidden_state
-    rows, cols = gen_mask[:, 1:].nonzero(as_tuple=True)
-    logits = model.get_output_embeddings()(hidden[rows, cols]).float()
-    chosen = logits.gather(1, input_ids[rows, cols + 1][:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
-    return torch.zeros(input_ids.shape).index_put((rows, cols + 1), chosen)
-
-
-def time_passes(fn, policy, reference, batch: dict, repeats: int) -> tuple[float, torch.Tensor]:
+def time_passes(per_segment: bool, policy, reference, batch: dict, repeats: int) -> tuple[float, torch.Tensor]:
     """Best wall seconds of reference forward + policy forward + backward; the policy's log-probs of the last."""
-    args = (batch["input_ids"], batch["attention_mask"], batch["gen_mask"])
+    args = (batch["input_ids"], batch["attention_mask"], batch["gen_mask"], per_segment)
     best, logp = float("inf"), None
     for _ in range(repeats):
         policy.zero_grad(set_to_none=True)
         start = time.perf_counter()
         with torch.no_grad():
-            fn(reference, *args)
-        logp = fn(policy, *args)
+            generated_logprobs(reference, *args)
+        logp = generated_logprobs(policy, *args)
         logp.sum().backward()
         best = min(best, time.perf_counter() - start)
     return best, logp.detach()
@@ -82,8 +73,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     segments, length = batch["input_ids"].shape
     real = int(batch["attention_mask"].sum())
-    padded_s, padded_logp = time_passes(padded_batch_logprobs, policy, reference, batch, args.repeats)
-    segment_s, segment_logp = time_passes(generated_logprobs, policy, reference, batch, args.repeats)
+    padded_s, padded_logp = time_passes(False, policy, reference, batch, args.repeats)
+    segment_s, segment_logp = time_passes(True, policy, reference, batch, args.repeats)
     result = {
         "model": args.model, "trajectories": len(trajectories), "segments": segments, "padded_length": length,
         "real_tokens": real, "padding_share": 1 - real / (segments * length),

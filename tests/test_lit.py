@@ -186,6 +186,8 @@ def test_generated_logprobs_match_the_full_logits_path():
     full = token_logprobs(model(input_ids=input_ids, attention_mask=attention_mask).logits, input_ids) * gen_mask
     fast = generated_logprobs(model, input_ids, attention_mask, gen_mask)
     assert torch.allclose(fast, full, atol=1e-5)
+    padded = generated_logprobs(model, input_ids, attention_mask, gen_mask, per_segment=False)
+    assert torch.allclose(padded, full, atol=1e-5)
     assert (fast[gen_mask == 0] == 0).all()
     fast.sum().backward()
     assert model.model.embed_tokens.weight.grad is not None
