@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from apo_lightning.lit.callbacks import parameters_sha256
 from apo_lightning.lit.rl_module import generated_logprobs, pack_generated
@@ -52,6 +53,11 @@ def test_fit_then_test_writes_checkpoint_and_results(workdir):
     checkpoint = torch.load(workdir / "checkpoints/smoke/last.ckpt", weights_only=False)
     assert not any(k.startswith("_reference") or "reference" in k for k in checkpoint["state_dict"])
     assert checkpoint["WebShopRLDataModule"]["cursor"] == 2
+    events = EventAccumulator(cli.trainer.logger.log_dir)
+    events.Reload()
+    stage1 = events.Scalars("stage1/pass_at_n")
+    assert len(stage1) == 1 and stage1[0].step == 0 and 0.0 <= stage1[0].value <= 1.0
+    assert {"train/loss", "rollout/success_rate", "train/kl"} <= set(events.Tags()["scalars"])
     main(["test", "--config", SMOKE, *QUIET, "--ckpt_path", "last"])
     for name in ("summary.csv", "episodes.jsonl", "failure_analysis.md"):
         assert (workdir / "results/smoke" / name).exists()

@@ -253,6 +253,31 @@ class VStarTable:
         """
         return {g for g, samples in self.rewards.items() if max(samples) <= threshold}
 
+    def summary(self, full_reward: float = 1.0) -> dict[str, float]:
+        """What stage 1 saw of the reference policy's samples, as plain floats.
+
+        ``pass_at_n`` bounds what on-policy exploration from π_ref finds: a goal none of whose ``N`` samples reached
+        ``full_reward`` (a WebShop success without a format penalty) gives stage 2 no successful trajectory to
+        reinforce, however the loss weighs it. Compare it with π_ref's greedy success rate: when the two are close,
+        sampling finds few successes that greedy decoding does not already make.
+
+        Returns:
+            ``goals``; ``samples_per_goal`` (N); ``v_star_mean``; ``reward_mean`` (over all G·N samples);
+            ``full_reward_rate`` (share of samples with reward ≥ ``full_reward``); ``pass_at_n`` (share of goals
+            with at least one such sample); ``all_zero_rate`` (share of goals :meth:`drop_all_zero` would drop).
+        """
+        samples = list(self.rewards.values())
+        flat = [r for goal in samples for r in goal]
+        return {
+            "goals": float(len(samples)),
+            "samples_per_goal": float(self.n_samples),
+            "v_star_mean": sum(self.v_star.values()) / len(self.v_star),
+            "reward_mean": sum(flat) / len(flat),
+            "full_reward_rate": sum(r >= full_reward for r in flat) / len(flat),
+            "pass_at_n": sum(max(goal) >= full_reward for goal in samples) / len(samples),
+            "all_zero_rate": len(self.drop_all_zero()) / len(samples),
+        }
+
     def lookup(self, goal_ids: Iterable[Any], device: torch.device | str | None = None) -> Tensor:
         """V* of each goal, in order, as a tensor.
 

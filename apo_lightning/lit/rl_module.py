@@ -221,6 +221,18 @@ class WebShopRLModule(LightningModule):
 
     on_validation_start = on_test_start = on_fit_start
 
+    def on_train_start(self) -> None:
+        self.log_stage1(getattr(self.trainer.datamodule, "v_star", None))
+
+    def log_stage1(self, table) -> None:
+        """Log ``table.summary()`` (a :class:`VStarTable`; None: nothing) as ``stage1/*`` scalars at this step.
+
+        ``stage1/pass_at_n`` against π_ref's greedy success rate says how much stage 2's on-policy sampling can
+        find that greedy decoding does not already (see :meth:`VStarTable.summary`).
+        """
+        if table is not None and self.logger is not None:
+            self.logger.log_metrics({f"stage1/{k}": v for k, v in table.summary().items()}, step=self.global_step)
+
     def reference_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                            gen_mask: torch.Tensor) -> torch.Tensor:
         """log π_ref of each generated token, (S, T) float32 (0 elsewhere), without gradients."""
@@ -249,6 +261,7 @@ class WebShopRLModule(LightningModule):
         if data.vstar.refresh_every and data.cursor and data.cursor % data.vstar.refresh_every == 0:
             with self._rollout_context():
                 data.refresh_v_star(self.policy, self.tokenizer)
+            self.log_stage1(data.v_star)
         group = self.grpo_config.group_size if self.hparams.algorithm == "grpo" else 1
         goal_list = [g for g in goals for _ in range(group)]
         start = time.perf_counter()
