@@ -25,6 +25,17 @@ class APOLightningCLI(LightningCLI):
         parser.link_arguments("model.init_args.model_name_or_path", "data.init_args.model_name_or_path")
         parser.link_arguments("model.init_args.max_new_tokens", "data.init_args.max_new_tokens")
 
+    def _parse_ckpt_path(self) -> None:
+        """Build the model from the config files and the command line, never from a checkpoint's hyperparameters.
+
+        Lightning 2.6 overwrites the parsed model settings with those saved in a ``--ckpt_path`` *file* (not with
+        ``last``/``best``), so ``cli.py test --ckpt_path run/best.ckpt --model.results_dir out`` silently wrote to
+        the training run's results folder (Lightning-AI/pytorch-lightning#21455). Here, as in training, the
+        configuration says what the model is; the checkpoint restores its weights (and, for ``fit``, the optimizer,
+        step and goal cursor). A checkpoint of a different architecture fails to load with Lightning's
+        missing/unexpected-keys error.
+        """
+
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
         torch.set_num_threads(config.num_threads)

@@ -61,6 +61,10 @@ def test_fit_then_test_writes_checkpoint_and_results(workdir):
     main(["test", "--config", SMOKE, *QUIET, "--ckpt_path", "last"])
     for name in ("summary.csv", "episodes.jsonl", "failure_analysis.md"):
         assert (workdir / "results/smoke" / name).exists()
+    # a checkpoint file (not last/best): the command line, not the checkpoint's hyperparameters, sets the model
+    main(["test", "--config", SMOKE, *QUIET, "--ckpt_path", str(workdir / "checkpoints/smoke/last.ckpt"),
+          "--model.results_dir", "results/explicit", "--model.method_name", "explicit"])
+    assert (workdir / "results/explicit/summary.csv").read_text().splitlines()[1].startswith("explicit,test,")
 
 
 def test_training_changes_every_policy_parameter(workdir, monkeypatch):
