@@ -26,6 +26,7 @@ from ..agent.evaluate import trajectory_metrics
 from ..agent.policy import load_policy
 from ..agent.rollout import RolloutEngine, Trajectory, collate_trajectories
 from ..apo.losses import apo_loss, grpo_advantages, grpo_loss, token_logprobs
+from ..apo.vstar import VStarTable
 
 log = logging.getLogger(__name__)
 
@@ -224,8 +225,8 @@ class WebShopRLModule(LightningModule):
     def on_train_start(self) -> None:
         self.log_stage1(getattr(self.trainer.datamodule, "v_star", None))
 
-    def log_stage1(self, table) -> None:
-        """Log ``table.summary()`` (a :class:`VStarTable`; None: nothing) as ``stage1/*`` scalars at this step.
+    def log_stage1(self, table: VStarTable | None) -> None:
+        """Log ``table.summary()`` (None: nothing) as ``stage1/*`` scalars at this step.
 
         ``stage1/pass_at_n`` against π_ref's greedy success rate says how much stage 2's on-policy sampling can
         find that greedy decoding does not already (see :meth:`VStarTable.summary`).
