@@ -216,8 +216,6 @@ class WebShopRLDataModule(LightningDataModule):
         if stage in ("fit", None):
             pool = self.pool()
             self.v_star = self._load_vstar(compute=False) if self.needs_v_star else None
-            if self.v_star is not None:
-                log.info("stage 1: %s", ", ".join(f"{k} {v:.4g}" for k, v in self.v_star.summary().items()))
             if self.vstar.drop_all_zero and self.v_star is not None:
                 dropped = {int(g) for g in self.v_star.drop_all_zero()}
                 pool = [g for g in pool if g not in dropped]

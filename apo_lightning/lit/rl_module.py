@@ -226,13 +226,17 @@ class WebShopRLModule(LightningModule):
         self.log_stage1(getattr(self.trainer.datamodule, "v_star", None))
 
     def log_stage1(self, table: VStarTable | None) -> None:
-        """Log ``table.summary()`` (None: nothing) as ``stage1/*`` scalars at this step.
+        """Log ``table.summary()`` (None: nothing) as one log line and as ``stage1/*`` scalars at this step.
 
         ``stage1/pass_at_n`` against π_ref's greedy success rate says how much stage 2's on-policy sampling can
         find that greedy decoding does not already (see :meth:`VStarTable.summary`).
         """
-        if table is not None and self.logger is not None:
-            self.logger.log_metrics({f"stage1/{k}": v for k, v in table.summary().items()}, step=self.global_step)
+        if table is None:
+            return
+        summary = table.summary()
+        log.info("stage 1: %s", ", ".join(f"{k} {v:.4g}" for k, v in summary.items()))
+        if self.logger is not None:
+            self.logger.log_metrics({f"stage1/{k}": v for k, v in summary.items()}, step=self.global_step)
 
     def reference_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                            gen_mask: torch.Tensor) -> torch.Tensor:
