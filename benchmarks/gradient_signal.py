@@ -13,7 +13,7 @@ every pair of batches, the cosine between their gradients and the share of coord
 The last line is one JSON object with every number.
 
 Raises:
-    FileNotFoundError: ``--vstar`` does not exist (run ``cli.py fit`` with the same settings first).
+    FileNotFoundError: ``--vstar`` does not exist or is not a usable V* cache file (run ``cli.py fit`` first).
     KeyError: a drawn goal has no V* in the table (the table covers fewer training goals than ``--pool``).
 """
 
@@ -36,7 +36,7 @@ from apo_lightning.agent.evaluate import rollout_goals
 from apo_lightning.agent.policy import load_policy
 from apo_lightning.agent.rollout import RolloutEngine, collate_trajectories
 from apo_lightning.apo.losses import apo_loss
-from apo_lightning.apo.vstar import VStarTable
+from apo_lightning.apo.vstar import VStarCache, VStarTable
 from apo_lightning.lit.rl_module import generated_logprobs, pack_generated
 from apo_lightning.webshop import WebShop
 
@@ -67,13 +67,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    vstar = Path(args.vstar) if args.vstar else max(Path("data/vstar").glob("*.json"), key=os.path.getsize,
-                                                     default=Path("data/vstar/<none>.json"))
-    if not vstar.is_file():
-        raise FileNotFoundError(f"no V* table at {vstar}: run `python cli.py fit --config configs/webshop_1k.yaml` "
-                                "(stage 1 writes it under data/vstar) or pass --vstar")
-    stored = json.loads(vstar.read_text())
-    table = VStarTable.from_rewards(stored["key"], stored["rewards"], stored["beta1"])
+    tables = sorted(Path("data/vstar").glob("*.json"), key=os.path.getsize)
+    vstar = Path(args.vstar) if args.vstar else (tables[-1] if tables else Path("data/vstar"))
+    stored = VStarCache(vstar.parent).load(vstar.stem) if vstar.is_file() else None  # validated, as in training
+    if stored is None:
+        raise FileNotFoundError(f"no usable V* table at {vstar}: run `python cli.py fit --config "
+                                "configs/webshop_1k.yaml` (stage 1 writes it under data/vstar) or pass --vstar")
+    table = VStarTable.from_rewards(vstar.stem, stored["rewards"], stored["beta1"])
 
     shop = WebShop.load(args.data_dir, goals="synthetic")
     goals = random.Random(args.seed).sample(list(shop.split("train"))[: args.pool], args.batches * args.batch_size)
