@@ -342,3 +342,15 @@ def test_cut_middle():
 
 def test_cut_middle_to_zero():
     assert len(cut_middle("abc", 0)) == 0
+
+
+def test_episode_reward_score_or_success_plus_the_format_penalty():
+    score, success = ChatFormat(format_penalty=-0.1), ChatFormat(format_penalty=-0.1, reward="success")
+    assert score.episode_reward(0.8, 0) == pytest.approx(0.8)  # right product, one option of five missed
+    assert score.episode_reward(1.0, 2) == pytest.approx(0.8)
+    assert success.episode_reward(0.8, 0) == 0.0  # success is all or nothing
+    assert success.episode_reward(1.0, 0) == 1.0
+    assert success.episode_reward(1.0, 2) == pytest.approx(0.8)
+    assert success.episode_reward(0.0, 1) == pytest.approx(-0.1)  # no purchase
+    with pytest.raises(ValueError, match="reward must be 'score' or 'success'"):
+        ChatFormat(reward="won")

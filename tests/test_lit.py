@@ -131,8 +131,14 @@ def test_ddp_two_processes_roll_out_different_goals_and_agree(workdir):
     command = [sys.executable, str(REPO / "cli.py"), "fit", "--config", SMOKE, *QUIET,
                "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.max_steps=2",
                "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false",
-               "--trainer.callbacks+=apo_lightning.lit.callbacks.RankAudit", f"--trainer.callbacks.out_dir={audit}"]
+               "--trainer.callbacks+=apo_lightning.lit.callbacks.RankAudit", f"--trainer.callbacks.out_dir={audit}",
+               "--data.vstar.cache_dir=vstar_ddp"]  # a fresh cache: stage 1 runs, each rank sampling half the goals
     subprocess.run(command, check=True, cwd=workdir, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    (table,) = (workdir / "vstar_ddp").glob("*.json")
+    stage1 = json.loads(table.read_text())
+    smoke = yaml.safe_load(Path(SMOKE).read_text())["data"]["init_args"]
+    assert len(stage1["rewards"]) == smoke["train_goals"]
+    assert {len(r) for r in stage1["rewards"].values()} == {smoke["vstar"]["num_samples"]}
     ranks = [json.loads((audit / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world_size"] for r in ranks] == [2, 2]
     assert [r["global_step"] for r in ranks] == [2, 2]
@@ -167,8 +173,12 @@ def test_v_star_cache_key_covers_what_v_star_depends_on():
     for changed in (key(reference="w1"), key(train_goals=5), key(vstar=VStarConfig(num_samples=3)),
                     key(max_new_tokens=9),
                     key(env=EnvConfig(data_dir=None, max_steps=4)), key(chat=ChatFormat(format_penalty=-0.2)),
-                    key(chat=ChatFormat(history_turns=1)), key(vstar=VStarConfig(num_samples=2, temperature=0.7))):
+                    key(chat=ChatFormat(history_turns=1)), key(vstar=VStarConfig(num_samples=2, temperature=0.7)),
+                    key(chat=ChatFormat(reward="success"))):
         assert changed != base
+    # the default reward is left out of the key, so caches made before the setting existed stay valid
+    parts = WebShopRLDataModule(env=EnvConfig(data_dir=None), chat=ChatFormat(reward="score")).vstar_key_parts("w0")
+    assert "reward" not in parts["chat"] and "format_penalty" in parts["chat"]
     assert key(vstar=VStarConfig(num_samples=2, cache_dir="elsewhere")) == base  # where it is stored is not a part
     # the cache keeps the N rewards and V* is recomputed from them for any beta1, so beta1 never re-samples
     assert key(vstar=VStarConfig(num_samples=2, beta1=0.1)) == base

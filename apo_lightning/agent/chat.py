@@ -126,6 +126,10 @@ class ChatFormat:
             dropped first); if the current page alone does not fit, its middle is cut (``…``).
         max_observation_chars: cut any single page to this many characters first (0 = no cut).
         format_penalty: reward added per turn whose reply has no parseable action (RAGEN: −0.1).
+        reward: what a finished episode earns before the format penalty. ``"score"``: the WebShop score at Buy
+            Now, 0…1 (RAGEN). ``"success"``: 1 if that score is exactly 1.0, else 0 (verl-agent / GiGPO, Feng et
+            al. 2025, reward WebShop episodes by task success, 10 × won). The score charges a purchase of the
+            right product with a wrong option about 0.2; ``"success"`` charges it the full 1.
         repeat_pages: "full" shows every page in full (RAGEN); "short" replaces a page identical to the previous
             turn's by one line (saves hundreds of tokens per option click).
     """
@@ -137,8 +141,11 @@ class ChatFormat:
     max_observation_chars: int = 0
     format_penalty: float = -0.1
     repeat_pages: str = "short"
+    reward: str = "score"
 
     def __post_init__(self) -> None:
+        if self.reward not in ("score", "success"):
+            raise ValueError(f"reward must be 'score' or 'success', got {self.reward!r}")
         if self.repeat_pages not in ("full", "short"):
             raise ValueError(f"repeat_pages must be 'full' or 'short', got {self.repeat_pages!r}")
         if self.history_turns is not None and self.history_turns < 0:
@@ -163,6 +170,16 @@ class ChatFormat:
                 page = cut_middle(page, self.max_observation_chars)
         left = f" ({turns_left} action{'' if turns_left == 1 else 's'} left)" if turns_left is not None else ""
         return f"Turn {turn}{left}:\n{page}\nActions: {render_actions(available_actions)}"
+
+    def episode_reward(self, score: float, format_errors: int) -> float:
+        """The RL reward r(x, y) of a finished episode: its score or success (``reward``) plus the format penalty.
+
+        Args:
+            score: the WebShop score at Buy Now, 0…1 (0 without a purchase).
+            format_errors: replies with no parseable action.
+        """
+        earned = float(score == 1.0) if self.reward == "success" else score
+        return earned + self.format_penalty * format_errors
 
     def task_message(self, instruction: str) -> str:
         """The task message for a goal's instruction."""

@@ -79,7 +79,7 @@ class Trajectory:
         turns: every turn in order.
         segments: the token sequences (one with full history).
         score: the WebShop score at Buy Now (0…1), 0 without a purchase.
-        reward: score + format_penalty × format errors (the RL reward r(x, y)).
+        reward: the RL reward r(x, y): score (or success, ``ChatFormat.reward``) + format_penalty × format errors.
         success: score == 1.0.
         reward_info: the env's verbose reward info at Buy Now (None without a purchase).
         truncated: the step limit ended the episode.
@@ -362,7 +362,7 @@ class RolloutEngine:
             trajectory.truncated = info["truncated"]
             if "asin" in info:
                 trajectory.purchased = {"asin": info["asin"], "options": info["options"]}
-            trajectory.reward = trajectory.score + self.chat.format_penalty * trajectory.format_errors
+            trajectory.reward = self.chat.episode_reward(trajectory.score, trajectory.format_errors)
             return
         ep.message, ep.full_message = self._turn_message(ep), self._turn_message(ep, full=True)
         self._extend_or_restart(ep, ep.message, ids[-1] if ids else -1)

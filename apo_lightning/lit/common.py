@@ -125,5 +125,12 @@ def export_policy(model, tokenizer, out_dir: str | Path) -> Path:
 
 
 def chat_dict(chat: ChatFormat) -> dict:
-    """A ChatFormat as a plain dict (for cache keys)."""
-    return asdict(chat)
+    """A ChatFormat as a plain dict (for cache keys).
+
+    ``reward`` is left out at its default, ``"score"``, so that V* caches made before the setting existed keep their
+    keys; any other value is part of the key.
+    """
+    settings = asdict(chat)
+    if settings["reward"] == "score":
+        del settings["reward"]
+    return settings

@@ -1,8 +1,9 @@
 """The RL data module: goals, splits, V* (A*-PO stage 1) and the stream of fresh trajectories (stage 2).
 
-Stage 1 (``prepare_data``, once, cached): for each training goal, N trajectories from the frozen reference policy
-and ``V*(x) = β1 · (logsumexp_i(r_i/β1) − log N)`` (Brantley et al. 2025, §3), stored under ``data/vstar`` with a
-key covering the reference weights, goals, N, β1, sampling, env, reward and prompt settings.
+Stage 1 (``setup``, once, cached; under DDP every rank samples its share of the goals): for each training goal,
+N trajectories from the frozen reference policy and ``V*(x) = β1 · (logsumexp_i(r_i/β1) − log N)`` (Brantley et
+al. 2025, §3), stored under ``data/vstar`` with a key covering the reference weights, goals, N, β1, sampling, env,
+reward and prompt settings.
 
 Stage 2 (``train_dataloader``): an ``IterableDataset`` that, for each batch, picks this rank's next goals and asks
 the LightningModule's *current* policy for fresh trajectories (the pattern of Lightning's PPO example). Which goals
@@ -180,7 +181,7 @@ class WebShopRLDataModule(LightningDataModule):
         trajectories = rollout_goals(engine, self.env.shop(), repeated, self.vstar.batch_size,
                                      seed=derive_seed(self.env.seed, seed_tag),
                                      observation_mode=self.env.observation_mode,
-                                     max_steps=self.env.max_steps, progress=True)
+                                     max_steps=self.env.max_steps, progress=self.rank == 0)
         rewards: dict[str, list[float]] = {str(g): [] for g in goals}
         for t in trajectories:
             rewards[str(t.goal_index)].append(t.reward)
@@ -195,27 +196,45 @@ class WebShopRLDataModule(LightningDataModule):
         return fitting and self.trainer.lightning_module.hparams.get("algorithm", "apo") == "apo"
 
     def prepare_data(self) -> None:
-        """Stage 1 on rank 0: compute V* for the goal pool with π_ref, or reuse the cached table."""
+        """Once per machine: build the tiny policy if the config asks for one and it is missing."""
         ensure_policy(self.reference_model, self.tiny, self.env, self.chat)
-        if self.needs_v_star:
-            self._load_vstar(compute=True)
 
-    def _load_vstar(self, compute: bool) -> VStarTable:
-        """The V* table from the cache; computed with π_ref first when ``compute`` (rank 0, in prepare_data)."""
+    def _stage1_device(self) -> str:
+        """Where this rank's stage-1 rollouts run: ``vstar.device``, on this rank's own GPU under a trainer."""
+        device = resolve_device(self.vstar.device)
+        root = self.trainer.strategy.root_device if self.trainer is not None else None
+        return str(root) if root is not None and root.type == device else device
+
+    def _load_vstar(self) -> VStarTable:
+        """Stage 1: the V* table from the cache, or sampled with π_ref (every rank its share of the goals) and saved.
+
+        All ranks look the key up before any of them samples, and sampling ends in a collective, so they agree
+        on hit or miss; every rank then holds the whole table.
+        """
         model, tokenizer = load_policy(self.reference_model)
         key_parts = self.vstar_key_parts(hash_state_dict(model.state_dict()))
 
         def compute_fn() -> dict[str, list[float]]:
-            if not compute:
-                raise RuntimeError(f"no V* table in {self.vstar.cache_dir} for this run (prepare_data computes it)")
-            return self.sample_rewards(model.to(resolve_device(self.vstar.device)), tokenizer, self.pool(), "vstar")
+            model.to(self._stage1_device())
+            tag = "vstar" if self.world_size == 1 else f"vstar-rank{self.rank}"
+            return self.sample_rewards_shared(model, tokenizer, self.pool(), tag)
 
         return VStarCache(self.vstar.cache_dir).get_or_compute(key_parts, compute_fn, self.vstar.beta1)
+
+    def sample_rewards_shared(self, model, tokenizer, goals: list[int], seed_tag: str) -> dict[str, list[float]]:
+        """``sample_rewards`` over ``goals`` with the work split across ranks: each rank samples every
+        ``world_size``-th goal, and the parts are gathered so that every rank returns all of them."""
+        rewards = self.sample_rewards(model, tokenizer, goals[self.rank::self.world_size], seed_tag)
+        if self.world_size == 1:
+            return rewards
+        gathered: list = [None] * self.world_size
+        torch.distributed.all_gather_object(gathered, rewards)
+        return {goal: samples for part in gathered for goal, samples in part.items()}
 
     def setup(self, stage: str | None = None) -> None:
         if stage in ("fit", None):
             pool = self.pool()
-            self.v_star = self._load_vstar(compute=False) if self.needs_v_star else None
+            self.v_star = self._load_vstar() if self.needs_v_star else None
             if self.vstar.drop_all_zero and self.v_star is not None:
                 dropped = {int(g) for g in self.v_star.drop_all_zero()}
                 pool = [g for g in pool if g not in dropped]
@@ -226,14 +245,8 @@ class WebShopRLDataModule(LightningDataModule):
 
     def refresh_v_star(self, model, tokenizer) -> None:
         """Re-estimate V* for the goal pool with ``model`` (the current policy); every rank computes its share."""
-        share = self.goal_pool[self.rank::self.world_size]
-        rewards = self.sample_rewards(model, tokenizer, share, f"refresh-{self.cursor}")
-        gathered = [rewards]
-        if self.world_size > 1:
-            gathered = [None] * self.world_size
-            torch.distributed.all_gather_object(gathered, rewards)
-        merged = {k: v for part in gathered for k, v in part.items()}
-        self.v_star = VStarTable.from_rewards(f"refresh-{self.cursor}", merged, self.vstar.beta1)
+        rewards = self.sample_rewards_shared(model, tokenizer, self.goal_pool, f"refresh-{self.cursor}")
+        self.v_star = VStarTable.from_rewards(f"refresh-{self.cursor}", rewards, self.vstar.beta1)
 
     # ------------------------------------------------------------------------------------------------ stage 2
     def goals_for_batch(self, batch_number: int) -> list[int]:
