@@ -6,10 +6,11 @@
 Not a speed benchmark: a measurement that says whether a training step can move the policy in a useful direction.
 The policy (taken as π_ref too, i.e. θ = π_ref, the first step of stage 2) plays ``--batches × --batch-size``
 randomly drawn training goals once, sampling at temperature 1.0. V* comes from the stage-1 cache (``--vstar``, a
-``data/vstar/*.json`` file made by ``cli.py fit``; default: the largest there). For each batch it computes the A*-PO loss (Brantley et al.
-2025, stage 2; ``apo_lightning.apo.losses.apo_loss``) and its gradient over all parameters. Then it prints, for
-every pair of batches, the cosine between their gradients and the share of coordinates where they agree in sign
-(AdamW steps by sign, roughly). Cosines near 0 and sign agreement near 50 % mean one step is mostly noise.
+``data/vstar/*.json`` file made by ``cli.py fit``; default: the largest there), and so do the prompt and reward
+settings (``ChatFormat``, e.g. ``reward: success``), so that r and V* are measured alike. For each batch it
+computes the A*-PO loss (Brantley et al. 2025, stage 2; ``apo_lightning.apo.losses.apo_loss``) and its gradient
+over all parameters. Then it prints, for every pair of batches, the cosine between their gradients and the share
+of coordinates where they agree in sign (AdamW steps by sign, roughly). Cosines near 0 and sign agreement near 50 % mean one step is mostly noise.
 The last line is one JSON object with every number.
 
 Raises:
@@ -78,7 +79,8 @@ def main() -> None:
     shop = WebShop.load(args.data_dir, goals="synthetic")
     goals = random.Random(args.seed).sample(list(shop.split("train"))[: args.pool], args.batches * args.batch_size)
     model, tokenizer = load_policy(args.model)
-    engine = RolloutEngine(model, tokenizer, ChatFormat(), max_new_tokens=64, temperature=1.0, greedy=False)
+    chat = ChatFormat(**stored["key_parts"]["chat"])  # the table's prompt and reward settings: r and V* agree
+    engine = RolloutEngine(model, tokenizer, chat, max_new_tokens=64, temperature=1.0, greedy=False)
     start = time.perf_counter()
     trajectories = rollout_goals(engine, shop, goals, 32, args.seed)
     rollout_s = time.perf_counter() - start
