@@ -10,8 +10,8 @@ randomly drawn training goals once, sampling at temperature 1.0. V* comes from t
 settings (``ChatFormat``, e.g. ``reward: success``), so that r and V* are measured alike. For each batch it
 computes the A*-PO loss (Brantley et al. 2025, stage 2; ``apo_lightning.apo.losses.apo_loss``) and its gradient
 over all parameters. Then it prints, for every pair of batches, the cosine between their gradients and the share
-of coordinates where they agree in sign (AdamW steps by sign, roughly). Cosines near 0 and sign agreement near 50 % mean one step is mostly noise.
-The last line is one JSON object with every number.
+of coordinates where they agree in sign (AdamW steps by sign, roughly). Cosines near 0 and sign agreement near
+50 % mean one step is mostly noise. The last line is one JSON object with every number.
 
 Raises:
     FileNotFoundError: ``--vstar`` does not exist or is not a usable V* cache file (run ``cli.py fit`` first).
