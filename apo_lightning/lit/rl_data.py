@@ -216,17 +216,18 @@ class WebShopRLDataModule(LightningDataModule):
 
         def compute_fn() -> dict[str, list[float]]:
             model.to(self._stage1_device())
-            tag = "vstar" if self.world_size == 1 else f"vstar-rank{self.rank}"
-            return self.sample_rewards_shared(model, tokenizer, self.pool(), tag)
+            return self.sample_rewards_shared(model, tokenizer, self.pool(), "vstar")
 
         return VStarCache(self.vstar.cache_dir).get_or_compute(key_parts, compute_fn, self.vstar.beta1)
 
     def sample_rewards_shared(self, model, tokenizer, goals: list[int], seed_tag: str) -> dict[str, list[float]]:
         """``sample_rewards`` over ``goals`` with the work split across ranks: each rank samples every
-        ``world_size``-th goal, and the parts are gathered so that every rank returns all of them."""
-        rewards = self.sample_rewards(model, tokenizer, goals[self.rank::self.world_size], seed_tag)
+        ``world_size``-th goal with its own seed, and the parts are gathered so that every rank returns all of them.
+        A single process samples exactly as ``sample_rewards(..., seed_tag)``."""
         if self.world_size == 1:
-            return rewards
+            return self.sample_rewards(model, tokenizer, goals, seed_tag)
+        share = goals[self.rank::self.world_size]
+        rewards = self.sample_rewards(model, tokenizer, share, f"{seed_tag}-rank{self.rank}")
         gathered: list = [None] * self.world_size
         torch.distributed.all_gather_object(gathered, rewards)
         return {goal: samples for part in gathered for goal, samples in part.items()}
