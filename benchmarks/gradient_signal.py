@@ -38,7 +38,8 @@ from apo_lightning.agent.policy import load_policy
 from apo_lightning.agent.rollout import RolloutEngine, collate_trajectories
 from apo_lightning.apo.losses import apo_loss
 from apo_lightning.apo.vstar import VStarCache, VStarTable
-from apo_lightning.lit.rl_module import generated_logprobs, pack_generated
+from apo_lightning.agent.logprobs import generated_logprobs
+from apo_lightning.lit.rl_module import pack_generated
 from apo_lightning.webshop import WebShop
 
 

@@ -31,7 +31,7 @@ from apo_lightning.agent.chat import ChatFormat
 from apo_lightning.agent.evaluate import rollout_goals
 from apo_lightning.agent.policy import load_policy
 from apo_lightning.agent.rollout import RolloutEngine, collate_trajectories
-from apo_lightning.lit.rl_module import generated_logprobs
+from apo_lightning.agent.logprobs import generated_logprobs
 from apo_lightning.webshop import WebShop
 
 

@@ -12,7 +12,8 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from apo_lightning.lit.callbacks import parameters_sha256
-from apo_lightning.lit.rl_module import generated_logprobs, pack_generated
+from apo_lightning.agent.logprobs import generated_logprobs
+from apo_lightning.lit.rl_module import pack_generated
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -184,18 +185,16 @@ def test_v_star_cache_key_covers_what_v_star_depends_on():
     assert key(vstar=VStarConfig(num_samples=2, beta1=0.1)) == base
 
 
-def test_generated_logprobs_match_the_full_logits_path():
-    """Head + log-softmax at generated positions only (no mask on a right-padded batch) = the full-logits
-    log-probs on every generated token, 0 elsewhere, with gradients."""
+def _tiny_qwen_and_segments():
+    """A small random Qwen2 and a right-padded (4, 12) batch of segments of lengths 12, 9, 5, 7; the last has no
+    generated token."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from apo_lightning.apo.losses import token_logprobs
 
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=2))
-    input_ids = torch.randint(1, 50, (4, 12))  # right-padded segments of lengths 12, 9, 5, 7; the last has no
-    attention_mask = torch.ones(4, 12, dtype=torch.long)  # generated token (each segment runs cut to its length)
+    input_ids = torch.randint(1, 50, (4, 12))
+    attention_mask = torch.ones(4, 12, dtype=torch.long)
     attention_mask[1, 9:] = 0
     attention_mask[2, 5:] = 0
     attention_mask[3, 7:] = 0
@@ -203,6 +202,15 @@ def test_generated_logprobs_match_the_full_logits_path():
     gen_mask[0, 3:7] = gen_mask[0, 10:] = 1
     gen_mask[1, 6:9] = 1
     gen_mask[2, 2:5] = 1
+    return model, input_ids, attention_mask, gen_mask
+
+
+def test_generated_logprobs_match_the_full_logits_path():
+    """Head + log-softmax at generated positions only (no mask on a right-padded batch) = the full-logits
+    log-probs on every generated token, 0 elsewhere, with gradients (each segment runs cut to its length)."""
+    from apo_lightning.apo.losses import token_logprobs
+
+    model, input_ids, attention_mask, gen_mask = _tiny_qwen_and_segments()
     full = token_logprobs(model(input_ids=input_ids, attention_mask=attention_mask).logits, input_ids) * gen_mask
     fast = generated_logprobs(model, input_ids, attention_mask, gen_mask)
     assert torch.allclose(fast, full, atol=1e-5)
@@ -211,3 +219,25 @@ def test_generated_logprobs_match_the_full_logits_path():
     assert (fast[gen_mask == 0] == 0).all()
     fast.sum().backward()
     assert model.model.embed_tokens.weight.grad is not None
+
+
+def test_generated_nll_is_the_sft_loss_with_its_gradients():
+    """The SFT loss through generated_logprobs = apo.losses.sft_loss on the full logits, value and gradient; a batch
+    with no generated target token is refused as sft_loss refuses it."""
+    from apo_lightning.agent.logprobs import generated_nll
+    from apo_lightning.apo.losses import sft_loss
+
+    model, input_ids, attention_mask, gen_mask = _tiny_qwen_and_segments()
+    full = sft_loss(model(input_ids=input_ids, attention_mask=attention_mask).logits, input_ids, gen_mask)
+    full.backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    fast = generated_nll(model, input_ids, attention_mask, gen_mask)
+    fast.backward()
+    assert fast.dtype == torch.float32 and fast.item() == pytest.approx(full.item(), abs=1e-5)
+    for name, p in model.named_parameters():
+        assert torch.allclose(p.grad, expected[name], atol=1e-5), name
+    only_first = torch.zeros_like(gen_mask)
+    only_first[:, 0] = 1  # token 0 has no prediction: nothing to learn
+    with pytest.raises(ValueError, match="no generated target token"):
+        generated_nll(model, input_ids, attention_mask, only_first)

@@ -26,10 +26,10 @@ from typing import Sequence
 import torch
 from tqdm import tqdm
 
-from ..apo.losses import sft_loss
 from ..webshop import WebShop, WebShopEnv
 from .chat import ChatFormat
 from .demonstrations import reply_for
+from .logprobs import generated_nll
 from .rollout import pad_batch
 from .scripted import OraclePolicy, strip_price
 
@@ -156,8 +156,7 @@ def copy_pretrain(model, drills: TurnDrills, steps: int = 400, batch_size: int =
     for _ in tqdm(range(steps), desc="turn drills", file=sys.stderr):
         batch = pad_batch([drills.draw(rng) for _ in range(batch_size)], drills.tokenizer.pad_token_id)
         batch = {k: v.to(device) for k, v in batch.items()}
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        loss = sft_loss(logits, batch["input_ids"], batch["gen_mask"])
+        loss = generated_nll(model, batch["input_ids"], batch["attention_mask"], batch["gen_mask"])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

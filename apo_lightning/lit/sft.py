@@ -22,10 +22,10 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from ..agent.chat import ChatFormat
 from ..agent.demonstrations import oracle_demonstrations
 from ..agent.evaluate import rollout_goals, trajectory_metrics
+from ..agent.logprobs import generated_nll
 from ..agent.policy import load_policy
 from ..agent.rollout import RolloutEngine, pad_batch
 from ..agent.tiny import TinyPolicySpec
-from ..apo.losses import sft_loss
 from .common import EnvConfig, atomic_torch_save, chat_dict, ensure_policy, export_policy, files_fingerprint, fingerprint
 
 log = logging.getLogger(__name__)
@@ -145,8 +145,7 @@ class SFTModule(LightningModule):
             self.policy.train()
 
     def _loss(self, batch: dict) -> torch.Tensor:
-        logits = self.policy(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        return sft_loss(logits, batch["input_ids"], batch["gen_mask"])
+        return generated_nll(self.policy, batch["input_ids"], batch["attention_mask"], batch["gen_mask"])
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)
