@@ -94,10 +94,13 @@ def demonstration_batches(shop: WebShop, chat: ChatFormat, model, tokenizer, cou
     """``count`` batches of oracle demonstrations on synthetic training goals, grouped by length (SFT's sampler);
     ``model`` only sets up the engine, which renders the oracle's replies without calling it."""
     engine = RolloutEngine(model, tokenizer, chat)
-    goals = list(shop.split("train"))[: 8 * batch_size]
+    goals = list(shop.split("train"))[: 2 * count * batch_size]  # twice what is needed: the sampler picks among them
     envs = [WebShopEnv(shop, max_steps=15) for _ in range(len(goals))]
     examples = [{"input_ids": s.token_ids, "gen_mask": s.gen_mask}
                 for t in oracle_demonstrations(engine, envs, goals) for s in t.segments]
+    if len(examples) < count * batch_size:
+        raise ValueError(f"{len(examples)} demonstrations from {len(goals)} training goals, fewer than the "
+                         f"{count} x {batch_size} asked for")
     sampler = LengthGroupedSampler(batch_size, lengths=[len(e["input_ids"]) for e in examples],
                                    generator=torch.Generator().manual_seed(seed))
     order = list(sampler)

@@ -459,7 +459,8 @@ def sft_loss(logits: Tensor, input_ids: Tensor, mask: Tensor) -> Tensor:
     ``L = −(1/K) Σ_{(b,t): mask[b,t]=1, t≥1} log softmax(logits[b, t−1])[input_ids[b, t]]``, ``K`` the number of such
     targets — the mask is the *target's* mask, shifted by one against the logits (a token is learned when it is a
     generated token; observation/prompt tokens are context only). ``mask[:, 0]`` is ignored: token 0 has no prediction.
-    Only the selected rows of ``logits`` are upcast to float32.
+    Only the selected rows of ``logits`` are upcast to float32. Training (turn drills, ``SFTModule``) computes this
+    loss from the model through ``agent.logprobs.generated_nll``, without the full logits; this is its reference.
 
     Args:
         logits: (B, T, V) float, the causal LM's output for ``input_ids``.
