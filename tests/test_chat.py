@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from apo_lightning.agent.chat import (
+from apo_lightning.rollout.chat import (
     EMPTY_REPLY,
     NO_ACTION_IN_ANSWER,
     NO_ANSWER_TAG,
@@ -19,7 +19,7 @@ from apo_lightning.agent.chat import (
     render_actions,
     render_page,
 )
-from apo_lightning.agent.scripted import OraclePolicy
+from apo_lightning.baselines.scripted import OraclePolicy
 from apo_lightning.webshop import WebShop, WebShopEnv
 
 
@@ -352,5 +352,5 @@ def test_episode_reward_score_or_success_plus_the_format_penalty():
     assert success.episode_reward(1.0, 0) == 1.0
     assert success.episode_reward(1.0, 2) == pytest.approx(0.8)
     assert success.episode_reward(0.0, 1) == pytest.approx(-0.1)  # no purchase
-    with pytest.raises(ValueError, match="reward must be 'score' or 'success'"):
+    with pytest.raises(ValueError, match="reward must be one of"):
         ChatFormat(reward="won")

@@ -1,4 +1,10 @@
-"""The Lightning layer end to end on a tiny untrained policy: configs, fit/test, exact resume, DDP, skipped steps."""
+"""The Lightning layer end to end on a tiny untrained policy: configs, fit/test, on-policy batches, exact resume
+from any checkpoint, run seeds, DDP, SFT through the Trainer, skipped steps.
+
+An untrained policy earns the same format penalty on almost every episode, so with the real V* (its own soft
+maximum) A*-PO's advantage is about 0 and nothing moves. Tests that need the parameters to move patch V* to 0
+(``zero_v_star``): the advantage is then the reward itself, which varies with the format errors.
+"""
 
 import json
 import os
@@ -9,11 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from lightning.pytorch import Callback
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from apo_lightning.lit.callbacks import parameters_sha256
-from apo_lightning.agent.logprobs import generated_logprobs
-from apo_lightning.lit.rl_module import pack_generated
+from apo_lightning.apo.vstar import VStarTable
+from apo_lightning.lit.cli import build_cli
+from apo_lightning.lit.rl_data import WebShopRLDataModule
+from apo_lightning.utils.hashing import hash_parameters
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -21,6 +29,7 @@ from cli import main  # noqa: E402
 
 SMOKE = str(REPO / "configs" / "smoke.yaml")
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+NO_CHECKPOINTS = ["--trainer.callbacks=[]", "--trainer.enable_checkpointing=false", "--trainer.logger=false"]
 
 
 @pytest.fixture(scope="module")
@@ -33,32 +42,108 @@ def workdir(tmp_path_factory):
     os.chdir(cwd)
 
 
-def fit(*overrides):
-    return main(["fit", "--config", SMOKE, *QUIET, *overrides])
+@pytest.fixture
+def zero_v_star(monkeypatch):
+    monkeypatch.setattr(VStarTable, "lookup", lambda self, goals, device=None: torch.zeros(len(goals)))
 
 
-@pytest.mark.parametrize("config", sorted(str(p) for p in (REPO / "configs").glob("*.yaml")))
+def fit(*overrides, callbacks=(), ckpt_path=None):
+    """``cli.py fit`` on the smoke config in this process, with ``callbacks`` added to the trainer's."""
+    cli = build_cli(["--config", SMOKE, *QUIET, *overrides], run=False)
+    cli.trainer.callbacks.extend(callbacks)
+    cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt_path)
+    return cli
+
+
+class Recorder(Callback):
+    """Per training batch: the batch number, goals, sampled token ids, and hashes of the parameters when the batch
+    was rolled out (recorded by the data module, see ``hashing_rollouts``) and when the step began."""
+
+    def __init__(self):
+        self.batches, self.goals, self.tokens, self.rollout_hash, self.step_hash = [], [], [], [], []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.batches.append(batch["batch_number"])
+        self.goals.append([t.goal_index for t in batch["trajectories"]])
+        self.tokens.append([s.token_ids for t in batch["trajectories"] for s in t.segments])
+        self.rollout_hash.append(batch.get("policy_hash"))
+        self.step_hash.append(hash_parameters(pl_module.policy))
+
+
+@pytest.fixture
+def hashing_rollouts(monkeypatch):
+    """Record in every training batch a hash of the policy's parameters at the moment it was rolled out."""
+    real = WebShopRLDataModule.train_batch
+
+    def train_batch(self, batch_number):
+        policy_hash = hash_parameters(self.trainer.lightning_module.policy)
+        batch = real(self, batch_number)
+        batch["policy_hash"] = policy_hash
+        return batch
+
+    monkeypatch.setattr(WebShopRLDataModule, "train_batch", train_batch)
+
+
+# ------------------------------------------------------------------------------------------------ configs
+CONFIGS = sorted(str(p) for p in (REPO / "configs").glob("*.yaml"))
+OVERLAYS = {"grpo_1k.yaml": "webshop_1k.yaml", "webshop_1k_cpu.yaml": "webshop_1k.yaml"}
+
+
+def parse(*configs, extra=()):
+    args = [a for c in configs for a in ("--config", c)]
+    return build_cli([*args, "--trainer.logger=false", "--trainer.accelerator=cpu", *extra], run=False)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
 def test_every_config_parses_and_instantiates(config):
-    from cli import APOLightningCLI
-
-    parsed = APOLightningCLI(subclass_mode_model=True, subclass_mode_data=True, run=False,
-                             args=["--config", config, "--trainer.logger=false", "--trainer.accelerator=cpu"])
+    name = Path(config).name
+    configs = [str(REPO / "configs" / OVERLAYS[name]), config] if name in OVERLAYS else [config]
+    parsed = parse(*configs, extra=["--trainer.devices=1", "--trainer.strategy=auto"])
     assert parsed.model is not None and parsed.datamodule is not None
-    assert yaml.safe_load(Path(config).read_text())["model"]["class_path"].startswith("apo_lightning.")
+    class_path = yaml.safe_load(Path(configs[0]).read_text())["model"]["class_path"]
+    assert class_path.startswith("apo_lightning.")
 
 
+def test_overlays_keep_the_base_callbacks_and_name_their_outputs():
+    base = parse(str(REPO / "configs" / "webshop_1k.yaml"))
+    base_callbacks = [type(c).__name__ for c in base.trainer.callbacks]
+    assert {"ModelCheckpoint", "LearningRateMonitor", "ExportPolicy"} <= set(base_callbacks)
+    for overlay, run_name in (("grpo_1k.yaml", "grpo_1k"), ("webshop_1k_cpu.yaml", "webshop_1k_cpu")):
+        composed = parse(str(REPO / "configs" / "webshop_1k.yaml"), str(REPO / "configs" / overlay),
+                         extra=["--trainer.devices=1", "--trainer.strategy=auto"])
+        names = [type(c).__name__ for c in composed.trainer.callbacks]
+        assert names == base_callbacks, overlay
+        checkpoints = [c for c in composed.trainer.callbacks if type(c).__name__ == "ModelCheckpoint"]
+        assert {c.dirpath for c in checkpoints} == {str(Path("checkpoints", run_name).resolve())}
+        export = next(c for c in composed.trainer.callbacks if type(c).__name__ == "ExportPolicy")
+        assert export.out_dir == str(Path("data/models") / run_name)
+        assert composed.model.hparams.results_dir == str(Path("results") / run_name)
+    grpo = parse(str(REPO / "configs" / "webshop_1k.yaml"), str(REPO / "configs" / "grpo_1k.yaml"))
+    assert grpo.model.objective.name == "grpo" and grpo.datamodule.rollouts_per_goal == 4  # linked from the module
+    assert not grpo.datamodule.objective.needs_v_star and base.datamodule.objective.needs_v_star
+
+
+def test_a_wrong_choice_fails_at_parse_time():
+    for bad in ("--model.algorithm=ppo", "--data.chat.reward=won", "--data.env.observation_mode=html",
+                "--model.dtype=float64", "--data.env.split_scheme=random"):
+        with pytest.raises(SystemExit):
+            parse(SMOKE, extra=[bad])
+
+
+# ------------------------------------------------------------------------------------------------ fit / test
 def test_fit_then_test_writes_checkpoint_and_results(workdir):
-    cli = fit("--trainer.max_steps=2")
+    cli = main(["fit", "--config", SMOKE, *QUIET, "--trainer.max_steps=2"])
     assert cli.trainer.global_step == 2
-    assert (workdir / "checkpoints/smoke/last.ckpt").exists()
     checkpoint = torch.load(workdir / "checkpoints/smoke/last.ckpt", weights_only=False)
-    assert not any(k.startswith("_reference") or "reference" in k for k in checkpoint["state_dict"])
-    assert checkpoint["WebShopRLDataModule"]["cursor"] == 2
+    assert not any("reference" in k for k in checkpoint["state_dict"])
+    loader_state = checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    assert loader_state == [{"cursor": 2}]  # two batches made, two trained on
     events = EventAccumulator(cli.trainer.logger.log_dir)
     events.Reload()
-    stage1 = events.Scalars("stage1/pass_at_n")
-    assert len(stage1) == 1 and stage1[0].step == 0 and 0.0 <= stage1[0].value <= 1.0
-    assert {"train/loss", "rollout/success_rate", "train/kl"} <= set(events.Tags()["scalars"])
+    tags = set(events.Tags()["scalars"])
+    assert {"stage1/pass_at_1", "stage1/pass_at_2", "stage1/all_equal_rate"} <= tags
+    assert {"train/loss", "train/kl", "train/advantage_mean", "rollout/success_rate", "rollout/avg_turns",
+            "rollout/invalid_reply_rate", "val/success_rate", "val/score"} <= tags
     main(["test", "--config", SMOKE, *QUIET, "--ckpt_path", "last"])
     for name in ("summary.csv", "episodes.jsonl", "failure_analysis.md"):
         assert (workdir / "results/smoke" / name).exists()
@@ -68,13 +153,8 @@ def test_fit_then_test_writes_checkpoint_and_results(workdir):
     assert (workdir / "results/explicit/summary.csv").read_text().splitlines()[1].startswith("explicit,test,")
 
 
-def test_training_changes_every_policy_parameter(workdir, monkeypatch):
-    # an untrained policy earns the same format penalty everywhere, so r == V* and the A*-PO gradient is 0;
-    # V* = 0 makes the advantage non-zero
-    from apo_lightning.apo.vstar import VStarTable
-
-    monkeypatch.setattr(VStarTable, "lookup", lambda self, goals, device=None: torch.zeros(len(goals)))
-    cli = fit("--trainer.max_steps=1", "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false")
+def test_training_changes_every_policy_parameter(workdir, zero_v_star):
+    cli = fit("--trainer.max_steps=1", *NO_CHECKPOINTS)
     trained = dict(cli.model.policy.named_parameters())
     reference = dict(cli.model.reference.named_parameters())
     changed = [n for n in trained if not torch.equal(trained[n], reference[n])]
@@ -82,12 +162,9 @@ def test_training_changes_every_policy_parameter(workdir, monkeypatch):
     assert all(not p.requires_grad for p in reference.values())
 
 
-def test_lora_trains_only_the_adapters_and_uses_the_base_as_reference(workdir, monkeypatch):
-    from apo_lightning.apo.vstar import VStarTable
-
-    monkeypatch.setattr(VStarTable, "lookup", lambda self, goals, device=None: torch.zeros(len(goals)))
-    cli = fit("--trainer.max_steps=1", "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false",
-              "--model.lora.rank=2", "--model.lora.target_modules=[q_proj,v_proj]")
+def test_lora_trains_only_the_adapters_and_uses_the_base_as_reference(workdir, zero_v_star):
+    cli = fit("--trainer.max_steps=1", *NO_CHECKPOINTS, "--model.lora.rank=2",
+              "--model.lora.target_modules=[q_proj,v_proj]")
     assert cli.model.reference is None
     trainable = [n for n, p in cli.model.policy.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
@@ -95,149 +172,198 @@ def test_lora_trains_only_the_adapters_and_uses_the_base_as_reference(workdir, m
     assert changed, "the adapters' B matrices start at 0 and must have moved"
 
 
-def test_resume_continues_exactly(workdir, tmp_path):
-    straight = fit("--trainer.max_steps=4", f"--trainer.default_root_dir={tmp_path}/a",
-                   "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false")
-    expected = parameters_sha256(straight.model.policy)
-    ckpt = tmp_path / "b"
-    callback = ("--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
-                f"--trainer.callbacks.dirpath={ckpt}", "--trainer.callbacks.save_last=true",
-                "--trainer.callbacks.every_n_train_steps=1")
-    first = fit("--trainer.max_steps=2", "--trainer.callbacks=[]", *callback)
-    assert first.trainer.global_step == 2
-    resumed = fit("--trainer.max_steps=4", "--trainer.callbacks=[]", *callback, f"--ckpt_path={ckpt}/last.ckpt")
-    assert resumed.trainer.global_step == 4
-    assert resumed.datamodule.cursor == 4
-    assert parameters_sha256(resumed.model.policy) == expected
+# ------------------------------------------------------------------------------------------------ on-policy, resume
+def test_each_batch_is_rolled_out_by_the_parameters_it_trains(workdir, zero_v_star, hashing_rollouts):
+    recorder = Recorder()
+    fit("--trainer.max_steps=4", "--data.steps_per_epoch=4", *NO_CHECKPOINTS, callbacks=[recorder])
+    assert len(set(recorder.step_hash)) == 4, "the parameters must move every step for this test to mean anything"
+    assert recorder.rollout_hash == recorder.step_hash  # batch k was sampled by the parameters after k updates
+    assert recorder.batches == [0, 1, 2, 3]
 
 
-def test_non_finite_loss_skips_the_step(workdir, monkeypatch):
-    import apo_lightning.lit.rl_module as rl_module
-
-    real = rl_module.apo_loss
-
-    def nan_loss(*args, **kwargs):
-        loss, stats = real(*args, **kwargs)
-        return loss * float("nan"), stats
-
-    monkeypatch.setattr(rl_module, "apo_loss", nan_loss)
-    cli = fit("--trainer.max_steps=2", "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false")
-    assert cli.model.skipped_nonfinite == 2
-    before = dict(cli.model.reference.named_parameters())
-    assert all(torch.equal(p, before[n]) for n, p in cli.model.policy.named_parameters())
+def checkpointing(directory):
+    """Checkpoints after every step (``step=N.ckpt``) and after every validation (``val-step=N.ckpt``)."""
+    return ["--trainer.callbacks=[]", "--trainer.logger=false",
+            "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+            f"--trainer.callbacks.dirpath={directory}", "--trainer.callbacks.filename={step}",
+            "--trainer.callbacks.save_top_k=-1", "--trainer.callbacks.every_n_train_steps=1",
+            "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+            f"--trainer.callbacks.dirpath={directory}", "--trainer.callbacks.filename=val-{step}",
+            "--trainer.callbacks.save_top_k=-1", "--trainer.callbacks.monitor=val/score",
+            "--trainer.callbacks.mode=max"]
 
 
-def test_ddp_two_processes_roll_out_different_goals_and_agree(workdir):
-    audit = workdir / "audit"
-    command = [sys.executable, str(REPO / "cli.py"), "fit", "--config", SMOKE, *QUIET,
-               "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.max_steps=2",
-               "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false",
-               "--trainer.callbacks+=apo_lightning.lit.callbacks.RankAudit", f"--trainer.callbacks.out_dir={audit}",
-               "--data.vstar.cache_dir=vstar_ddp"]  # a fresh cache: stage 1 runs, each rank sampling half the goals
-    subprocess.run(command, check=True, cwd=workdir, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
-    (table,) = (workdir / "vstar_ddp").glob("*.json")
-    stage1 = json.loads(table.read_text())
-    smoke = yaml.safe_load(Path(SMOKE).read_text())["data"]["init_args"]
-    assert len(stage1["rewards"]) == smoke["train_goals"]
-    assert {len(r) for r in stage1["rewards"].values()} == {smoke["vstar"]["num_samples"]}
-    ranks = [json.loads((audit / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert [r["world_size"] for r in ranks] == [2, 2]
-    assert [r["global_step"] for r in ranks] == [2, 2]
-    assert len(ranks[0]["goals"]) == len(ranks[1]["goals"]) == 4  # 2 batches of 2 goals each
-    assert not set(ranks[0]["goals"]) & set(ranks[1]["goals"])
-    assert ranks[0]["parameters_sha256"] == ranks[1]["parameters_sha256"]
+def test_resume_from_any_checkpoint_continues_exactly(workdir, tmp_path, zero_v_star):
+    run = ["--trainer.max_steps=6", "--data.steps_per_epoch=4", "--trainer.limit_val_batches=1"]
+    straight = Recorder()
+    cli = fit(*run, *checkpointing(tmp_path), callbacks=[straight])
+    expected = hash_parameters(cli.model.policy)
+    assert len(set(straight.step_hash)) == 6 and expected not in straight.step_hash  # it moved at every step
+    resumes = {"mid-epoch": "step=1.ckpt", "every_n_train_steps": "step=3.ckpt", "epoch end": "step=4.ckpt",
+               "after a validation": "val-step=4.ckpt", "second epoch": "step=5.ckpt"}
+    for what, name in resumes.items():
+        done = int(name.split("=")[1].split(".")[0])
+        resumed = Recorder()
+        cli = fit(*run, *NO_CHECKPOINTS, ckpt_path=str(tmp_path / name), callbacks=[resumed])
+        assert cli.trainer.global_step == 6, what
+        assert resumed.batches == straight.batches[done:], what  # no batch skipped, none repeated
+        assert resumed.goals == straight.goals[done:], what
+        assert resumed.tokens == straight.tokens[done:], what  # the same sampling seeds
+        assert hash_parameters(cli.model.policy) == expected, what
 
 
-def test_pack_generated_gathers_each_trajectorys_tokens_across_segments():
-    values = torch.arange(12, dtype=torch.float32).reshape(3, 4)  # 3 segments x 4 positions
-    gen_mask = torch.tensor([[0, 1, 1, 0], [0, 0, 1, 1], [1, 0, 0, 0]], dtype=torch.float32)
-    traj_index = torch.tensor([0, 1, 0])  # segments 0 and 2 belong to trajectory 0
-    packed, mask = pack_generated(values, gen_mask, traj_index, 2)
-    assert packed.tolist() == [[1.0, 2.0, 8.0], [6.0, 7.0, 0.0]]
-    assert mask.tolist() == [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]
+# ------------------------------------------------------------------------------------------------ run seeds
+def test_run_seeds_change_rollouts_but_not_goals_or_prices(workdir):
+    runs = {}
+    for seed in (0, 1, 0):
+        recorder = Recorder()
+        cli = fit("--trainer.max_steps=2", *NO_CHECKPOINTS, f"--seed_everything={seed}", callbacks=[recorder])
+        shop = cli.datamodule.shop
+        runs.setdefault(seed, []).append((recorder.tokens, cli.datamodule.goal_pool, shop.prices,
+                                          [g["instruction_text"] for g in shop.goals]))
+    (first, again), (other,) = runs[0], runs[1]
+    assert first == again  # the same seed twice: identical rollouts
+    assert other[0] != first[0]  # another seed: other rollouts ...
+    assert other[1:] == first[1:]  # ... on the same goals, prices and instructions
 
 
 def test_v_star_cache_key_covers_what_v_star_depends_on():
-    from apo_lightning.agent.chat import ChatFormat
-    from apo_lightning.apo.vstar import cache_key
-    from apo_lightning.lit.common import EnvConfig
-    from apo_lightning.lit.rl_data import VStarConfig, WebShopRLDataModule
+    from apo_lightning.lit.rl_data import VStarConfig
+    from apo_lightning.lit.settings import EnvConfig, RolloutSettings
+    from apo_lightning.rollout.chat import ChatFormat
+    from apo_lightning.utils.hashing import cache_key
 
     def key(reference="w0", **changes):
         settings = dict(env=EnvConfig(data_dir=None, max_steps=3), chat=ChatFormat(), train_goals=4,
-                        vstar=VStarConfig(num_samples=2), max_new_tokens=8)
+                        vstar=VStarConfig(num_samples=2), rollout=RolloutSettings(max_new_tokens=8))
         settings.update(changes)
         return cache_key(WebShopRLDataModule(**settings).vstar_key_parts(reference))
 
     base = key()
     assert key() == base  # stable
     for changed in (key(reference="w1"), key(train_goals=5), key(vstar=VStarConfig(num_samples=3)),
-                    key(max_new_tokens=9),
+                    key(rollout=RolloutSettings(max_new_tokens=9)), key(seed=1),
                     key(env=EnvConfig(data_dir=None, max_steps=4)), key(chat=ChatFormat(format_penalty=-0.2)),
                     key(chat=ChatFormat(history_turns=1)), key(vstar=VStarConfig(num_samples=2, temperature=0.7)),
                     key(chat=ChatFormat(reward="success"))):
         assert changed != base
-    # the default reward is left out of the key, so caches made before the setting existed stay valid
-    parts = WebShopRLDataModule(env=EnvConfig(data_dir=None), chat=ChatFormat(reward="score")).vstar_key_parts("w0")
-    assert "reward" not in parts["chat"] and "format_penalty" in parts["chat"]
     assert key(vstar=VStarConfig(num_samples=2, cache_dir="elsewhere")) == base  # where it is stored is not a part
     # the cache keeps the N rewards and V* is recomputed from them for any beta1, so beta1 never re-samples
     assert key(vstar=VStarConfig(num_samples=2, beta1=0.1)) == base
+    assert key(rollout=RolloutSettings(max_new_tokens=8, temperature=0.5)) == base  # stage 2 sampling: not a part
 
 
-def _tiny_qwen_and_segments():
-    """A small random Qwen2 and a right-padded (4, 12) batch of segments of lengths 12, 9, 5, 7; the last has no
-    generated token."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+# ------------------------------------------------------------------------------------------------ skipped steps
+def test_non_finite_loss_skips_the_step(workdir, monkeypatch):
+    from apo_lightning.apo.objectives import OBJECTIVES, apo
 
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2))
-    input_ids = torch.randint(1, 50, (4, 12))
-    attention_mask = torch.ones(4, 12, dtype=torch.long)
-    attention_mask[1, 9:] = 0
-    attention_mask[2, 5:] = 0
-    attention_mask[3, 7:] = 0
-    gen_mask = torch.zeros(4, 12)
-    gen_mask[0, 3:7] = gen_mask[0, 10:] = 1
-    gen_mask[1, 6:9] = 1
-    gen_mask[2, 2:5] = 1
-    return model, input_ids, attention_mask, gen_mask
+    def nan_loss(batch, settings):
+        loss, stats = apo._loss(batch, settings)
+        return loss * float("nan"), stats
+
+    monkeypatch.setitem(OBJECTIVES, "apo", apo.OBJECTIVE.__class__(**{**apo.OBJECTIVE.__dict__, "loss": nan_loss}))
+    cli = fit("--trainer.max_steps=2", *NO_CHECKPOINTS)
+    assert cli.model.skipped_nonfinite == 2
+    before = dict(cli.model.reference.named_parameters())
+    assert all(torch.equal(p, before[n]) for n, p in cli.model.policy.named_parameters())
 
 
-def test_generated_logprobs_match_the_full_logits_path():
-    """Head + log-softmax at generated positions only (no mask on a right-padded batch) = the full-logits
-    log-probs on every generated token, 0 elsewhere, with gradients (each segment runs cut to its length)."""
-    from apo_lightning.apo.losses import token_logprobs
+# ------------------------------------------------------------------------------------------------ SFT
+def test_sft_trains_drills_then_demonstrations_through_the_trainer_and_exports(workdir):
+    from lightning.pytorch.loggers import CSVLogger
 
-    model, input_ids, attention_mask, gen_mask = _tiny_qwen_and_segments()
-    full = token_logprobs(model(input_ids=input_ids, attention_mask=attention_mask).logits, input_ids) * gen_mask
-    fast = generated_logprobs(model, input_ids, attention_mask, gen_mask)
-    assert torch.allclose(fast, full, atol=1e-5)
-    padded = generated_logprobs(model, input_ids, attention_mask, gen_mask, per_segment=False)
-    assert torch.allclose(padded, full, atol=1e-5)
-    assert (fast[gen_mask == 0] == 0).all()
-    fast.sum().backward()
-    assert model.model.embed_tokens.weight.grad is not None
+    sft = ["fit", "--config", str(REPO / "configs" / "sft_quickstart.yaml"), *QUIET, "--trainer.callbacks=[]",
+           "--trainer.enable_checkpointing=false", "--model.model_name_or_path=data/models/sft-smoke-init",
+           "--model.export_dir=data/models/sft-smoke", "--data.tiny.vocab_size=512", "--data.tiny.hidden_size=32",
+           "--data.tiny.num_layers=2", "--data.tiny.num_heads=2", "--data.tiny.num_kv_heads=1",
+           "--data.tiny.intermediate_size=64", "--data.tiny.corpus_goals=10", "--data.drills.steps=12",
+           "--data.drills.batch_size=4", "--data.drills.checks_per_kind=1", "--data.num_demos=6",
+           "--data.num_val_demos=2", "--data.batch_size=2", "--data.eval_goals=2", "--data.max_new_tokens=8",
+           "--data.env.max_steps=10", "--model.learning_rate=0.01", "--model.warmup_steps=1",
+           "--trainer.log_every_n_steps=1", "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+           "--trainer.logger.save_dir=logs"]
+    cli = main(sft)
+    data = cli.datamodule
+    assert cli.model.hparams.constant_steps == 12  # linked from the drills
+    assert cli.trainer.global_step == data.course_length() == 12 + data.demo_batches_per_epoch()
+    assert isinstance(cli.trainer.logger, CSVLogger)
+    rows = [line.split(",") for line in Path(cli.trainer.logger.log_dir, "metrics.csv").read_text().splitlines()]
+    header = rows[0]
+    drills = [float(r[header.index("train/drills_loss")]) for r in rows[1:] if r[header.index("train/drills_loss")]]
+    demos = [float(r[header.index("train/demos_loss")]) for r in rows[1:] if r[header.index("train/demos_loss")]]
+    assert len(drills) == 12 and len(demos) == data.demo_batches_per_epoch()
+    assert sum(drills[-3:]) < 0.9 * sum(drills[:3])  # the drills, trained through the Trainer, lower their loss
+    assert {"val/loss", "val/success_rate", "val/copy_index"} <= set(header)
+    exported = Path("data/models/sft-smoke")
+    assert (exported / "model.safetensors").is_file()
+    from apo_lightning.models.loading import load_policy
+
+    initial, _ = load_policy("data/models/sft-smoke-init")
+    trained, _ = load_policy(str(exported))
+    assert hash_parameters(initial) != hash_parameters(trained)
+    cache = next(Path("data/sft").glob("demos-*.pt"))
+    torch.load(cache, weights_only=True)  # plain tensors: no pickle of our own objects
 
 
-def test_generated_nll_is_the_sft_loss_with_its_gradients():
-    """The SFT loss through generated_logprobs = apo.losses.sft_loss on the full logits, value and gradient; a batch
-    with no generated target token is refused as sft_loss refuses it."""
-    from apo_lightning.agent.logprobs import generated_nll
-    from apo_lightning.apo.losses import sft_loss
+# ------------------------------------------------------------------------------------------------ DDP
+DDP_SCRIPT = """
+import json, sys
+import torch
+from apo_lightning.apo.vstar import VStarTable
+VStarTable.lookup = lambda self, goals, device=None: torch.zeros(len(goals))  # V* = 0: the parameters move
+from apo_lightning.lit.cli import main
+for args in json.loads(sys.argv[1]):
+    main(args)
+"""
 
-    model, input_ids, attention_mask, gen_mask = _tiny_qwen_and_segments()
-    full = sft_loss(model(input_ids=input_ids, attention_mask=attention_mask).logits, input_ids, gen_mask)
-    full.backward()
-    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
-    model.zero_grad(set_to_none=True)
-    fast = generated_nll(model, input_ids, attention_mask, gen_mask)
-    fast.backward()
-    assert fast.dtype == torch.float32 and fast.item() == pytest.approx(full.item(), abs=1e-5)
-    for name, p in model.named_parameters():
-        assert torch.allclose(p.grad, expected[name], atol=1e-5), name
-    only_first = torch.zeros_like(gen_mask)
-    only_first[:, 0] = 1  # token 0 has no prediction: nothing to learn
-    with pytest.raises(ValueError, match="no generated target token"):
-        generated_nll(model, input_ids, attention_mask, only_first)
+
+def test_ddp_two_processes_share_the_work_agree_and_resume_exactly(workdir, tmp_path):
+    """Two processes (``ddp_fork``: the same code as ``ddp``, without re-importing everything per rank): each rolls
+    out its own goals with its own seeds and stage 1 is split between them; the ranks agree on the parameters; and
+    a run resumed from a mid-epoch checkpoint ends where the uninterrupted one does, batch for batch."""
+    checkpoints = tmp_path / "ckpt"
+    common = ["fit", "--config", SMOKE, *QUIET, "--trainer.strategy=ddp_fork", "--trainer.devices=2",
+              "--data.steps_per_epoch=4", "--data.vstar.cache_dir=vstar_ddp", "--trainer.max_steps=3",
+              "--trainer.callbacks=[]", "--trainer.logger=false"]
+    audit = ["--trainer.callbacks+=apo_lightning.lit.callbacks.RankAudit", "--trainer.callbacks.out_dir={}"]
+    keep = ["--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+            f"--trainer.callbacks.dirpath={checkpoints}", "--trainer.callbacks.filename={step}",
+            "--trainer.callbacks.save_top_k=-1", "--trainer.callbacks.every_n_train_steps=1"]
+    straight = [*common, *keep, audit[0], audit[1].format(tmp_path / "straight")]
+    resumed = [*common, "--trainer.enable_checkpointing=false", audit[0], audit[1].format(tmp_path / "resumed"),
+               f"--ckpt_path={checkpoints / 'step=1.ckpt'}"]
+    script = tmp_path / "ddp_runs.py"
+    script.write_text(DDP_SCRIPT)
+    subprocess.run([sys.executable, str(script), json.dumps([straight, resumed])], check=True, cwd=workdir,
+                   timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    straight, resumed = ([json.loads((tmp_path / run / f"rank{r}.json").read_text()) for r in (0, 1)]
+                         for run in ("straight", "resumed"))
+
+    (table,) = (workdir / "vstar_ddp").glob("*.json")
+    stage1 = json.loads(table.read_text())
+    smoke = yaml.safe_load(Path(SMOKE).read_text())["data"]["init_args"]
+    assert len(stage1["rewards"]) == smoke["train_goals"]
+    assert {len(r) for r in stage1["rewards"].values()} == {smoke["vstar"]["num_samples"]}
+    assert [r["world_size"] for r in straight] == [2, 2] and [r["global_step"] for r in straight] == [3, 3]
+    assert len(straight[0]["goals"]) == len(straight[1]["goals"]) == 6  # 3 batches of 2 goals each
+    assert not set(straight[0]["goals"]) & set(straight[1]["goals"])  # each rank its own shard
+    assert straight[0]["parameters_sha256"] == straight[1]["parameters_sha256"]
+
+    first, last = (torch.load(checkpoints / f"step={n}.ckpt", weights_only=False)["state_dict"] for n in (1, 3))
+    assert any(not torch.equal(first[k], last[k]) for k in first)  # the parameters moved after step 1
+    for r, s in zip(resumed, straight):
+        assert r["batches"] == s["batches"][1:] and r["goals"] == s["goals"][2:]
+        assert r["parameters_sha256"] == s["parameters_sha256"]
+
+
+@pytest.mark.slow
+def test_ddp_with_the_script_launcher(workdir, tmp_path):
+    """The ``ddp`` strategy of the CPU configs: Lightning re-runs ``cli.py`` for rank 1."""
+    audit = tmp_path / "audit"
+    command = [sys.executable, str(REPO / "cli.py"), "fit", "--config", SMOKE, *QUIET, "--trainer.strategy=ddp",
+               "--trainer.devices=2", "--trainer.max_steps=2", *NO_CHECKPOINTS,
+               "--trainer.callbacks+=apo_lightning.lit.callbacks.RankAudit", f"--trainer.callbacks.out_dir={audit}"]
+    subprocess.run(command, check=True, cwd=workdir, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    ranks = [json.loads((audit / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["global_step"] for r in ranks] == [2, 2] and not set(ranks[0]["goals"]) & set(ranks[1]["goals"])
+    assert ranks[0]["parameters_sha256"] == ranks[1]["parameters_sha256"]

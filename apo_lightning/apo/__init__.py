@@ -1,1 +1,3 @@
-"""apo"""
+"""Layer 4: the algorithm. Log-probabilities at generated tokens (``logprobs``), V* for A*-PO stage 1 (``vstar``)
+and the training objectives, one file each behind one interface (``objectives``). Pure tensor functions and
+bookkeeping: no Lightning, no rollouts."""

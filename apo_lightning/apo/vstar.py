@@ -1,15 +1,14 @@
-"""Stage-1 bookkeeping for A*-PO: the on-disk V* cache and the per-goal V* table.
+"""A*-PO stage 1: the V* estimator, the per-goal V* table and its on-disk cache.
 
 Stage 1 samples ``N`` trajectories per training goal from the frozen reference policy and turns their rewards into
-``V̂*(x) = β1 · (logsumexp_i(r_i/β1) − ln N)`` (:func:`apo_lightning.apo.losses.v_star_from_rewards`). That is the
-most expensive thing the project does once, so its result is cached on disk, keyed by a hash of *everything* it
-depends on, and reused across runs and resumes.
+``V̂*(x) = β1 · (logsumexp_i(r_i/β1) − ln N)`` (:func:`v_star_from_rewards`). That is the most expensive thing the
+project does once, so its result is cached on disk, keyed by ``utils.hashing.cache_key`` of *everything* it depends
+on (reference weights, goals, N, sampling, run seed, env, reward and prompt settings), and reused across runs and
+resumes.
 
 This module holds no model code: the caller does the rollouts and hands them in through ``compute_fn``.
 
-* :func:`cache_key` — sha256 of the canonical JSON of the key parts (reference weights hash, goal ids, N, β1, reward
-  and env settings, prompt format, ...). The caller decides what goes in; anything that changes V* must.
-* :func:`hash_state_dict` — a stable, order-independent sha256 of model weights, for the key.
+* :func:`v_star_from_rewards` — the estimator.
 * :class:`VStarCache` — one JSON file per key under a directory (``data/vstar/<key>.json``), written atomically.
 * :class:`VStarTable` — V* and raw reward samples per goal id, with ``lookup`` (goal ids -> (B,) tensor) and
   ``drop_all_zero`` (goals no reference sample solved, which A*-PO's paper filters out of training).
@@ -20,12 +19,10 @@ Goal ids are identified by ``str(goal_id)`` (JSON object keys are strings): ``7`
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import math
 import os
 import re
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,16 +32,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from apo_lightning.apo.losses import v_star_from_rewards
+from ..utils.files import atomic_write_text
+from ..utils.hashing import cache_key, canonical
+from .checks import require_ndim, require_positive_finite
 
-__all__ = [
-    "CACHE_FORMAT_VERSION",
-    "VStarCache",
-    "VStarCacheWarning",
-    "VStarTable",
-    "cache_key",
-    "hash_state_dict",
-]
+__all__ = ["CACHE_FORMAT_VERSION", "VStarCache", "VStarCacheWarning", "VStarTable", "v_star_from_rewards"]
 
 #: Mixed into every key: bump it when the file layout or the meaning of a payload changes, to orphan old files.
 CACHE_FORMAT_VERSION = 1
@@ -57,106 +49,42 @@ class VStarCacheWarning(UserWarning):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# keys and hashes
+# the estimator
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _canonical(value: Any, where: str) -> Any:
-    """A JSON-ready copy of ``value`` whose serialisation with sorted keys is canonical; TypeError if impossible."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)  # json writes finite floats with float.__repr__ (shortest round-trip form)
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, Mapping):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise TypeError(f"cache_key: mapping keys must be str, got {type(k).__name__} key {k!r} at {where}")
-            out[k] = _canonical(v, f"{where}.{k}")
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_canonical(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, (set, frozenset)):
-        items = [_canonical(v, f"{where}{{}}") for v in value]
-        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True, separators=(",", ":")))
-    raise TypeError(
-        f"cache_key: cannot hash a {type(value).__name__} at {where}; pass str, int, float, bool, None, paths, "
-        "and lists/tuples/sets/mappings of those (hash tensors or weights with hash_state_dict first)"
-    )
+def v_star_from_rewards(rewards: Tensor, beta1: float) -> Tensor:
+    """Stage-1 estimate of the optimal value ``V*(x)`` from ``N`` reference-policy samples per goal.
 
+    ``V̂*(x) = β1 · ln( (1/N) Σ_i exp(r_i / β1) ) = β1 · (logsumexp_i(r_i / β1) − ln N)``
 
-def cache_key(parts: Mapping[str, Any]) -> str:
-    """The cache key for a V* table: sha256 (hex) of the canonical JSON of ``parts``.
-
-    Canonical means: mapping keys sorted, no whitespace, floats written with ``repr`` (exact round trip), tuples as
-    lists, sets sorted, paths as strings; :data:`CACHE_FORMAT_VERSION` is mixed in. So the key does not depend on the
-    insertion order of any mapping, and changes whenever any value changes. ``1`` and ``1.0`` are different values
-    (different keys): pass numbers with a consistent type.
+    (Brantley et al. 2025, §3 "Stage 1", the Monte-Carlo estimate of ``V*(x) = β ln E_{y~π_ref} exp(r(x,y)/β)``;
+    Eq. (3) of arXiv:2505.20686v1.) It is computed with ``torch.logsumexp`` in float64, so it is exact and finite
+    for any finite rewards and ``β1 > 0`` — e.g. ``r = 1000, β1 = 0.01`` (``r/β1 = 1e5``) gives ``≈ max r − β1 ln N``.
+    The estimate interpolates between ``mean(r)`` (``β1 → ∞``) and ``max(r)`` (``β1 → 0``); only ``β1 > 0`` is
+    accepted (use ``max`` yourself if you want the limit).
 
     Args:
-        parts: everything V* depends on, e.g. ``{"ref_weights": hash_state_dict(...), "goal_ids": [...], "n": 8,
-            "beta1": 0.5, "reward": {...}, "env": {...}, "prompt_format": "..."}``. Keys must be str.
+        rewards: (G, N) float (or int), ``N ≥ 1`` reward samples for each of ``G`` goals. ``N`` is the same for every
+            goal (no mask, no ragged rows): group goals by ``N`` before calling if you have to.
+        beta1: the stage-1 KL temperature, a finite float > 0.
 
     Returns:
-        64 lowercase hex characters.
+        (G,) V* estimates, in ``rewards``' dtype if it is floating point, else float32. Non-finite rewards give
+        non-finite estimates for their goal.
 
     Raises:
-        TypeError: if ``parts`` is not a mapping, or holds a value that has no canonical JSON form (the message
-            names where).
+        ValueError: if ``rewards`` is not 2-D with ``N ≥ 1``, or ``beta1`` is not a finite number > 0.
     """
-    if not isinstance(parts, Mapping):
-        raise TypeError(f"cache_key: parts must be a mapping, got {type(parts).__name__}")
-    doc = {"format_version": CACHE_FORMAT_VERSION, "parts": _canonical(parts, "parts")}
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
-
-
-def hash_state_dict(state_dict: Mapping[str, Tensor]) -> str:
-    """A stable sha256 (hex) of model weights: parameter names, dtypes, shapes and raw bytes.
-
-    Order-independent (entries are hashed sorted by name) and device-independent (bytes are read on the CPU). Each
-    field is length-prefixed, so no two different state dicts hash the same by concatenation accident. Changing one
-    element of one tensor, a name, a dtype or a shape changes the hash.
-
-    Args:
-        state_dict: mapping of str names to tensors (e.g. ``model.state_dict()``).
-
-    Returns:
-        64 lowercase hex characters.
-
-    Raises:
-        TypeError: if a key is not a str or a value is not a tensor (the message names the entry).
-        ValueError: if a tensor has no data (meta device) or is sparse/quantized.
-    """
-    hasher = hashlib.sha256()
-
-    def put(data: bytes) -> None:
-        hasher.update(len(data).to_bytes(8, "little"))
-        hasher.update(data)
-
-    names = list(state_dict.keys())
-    for name in names:
-        if not isinstance(name, str):
-            raise TypeError(f"hash_state_dict: keys must be str, got {type(name).__name__} {name!r}")
-    put(str(len(names)).encode())
-    for name in sorted(names):
-        tensor = state_dict[name]
-        if not isinstance(tensor, Tensor):
-            raise TypeError(f"hash_state_dict: entry {name!r} is a {type(tensor).__name__}, not a tensor")
-        if tensor.is_meta or tensor.layout != torch.strided or tensor.is_quantized:
-            raise ValueError(f"hash_state_dict: entry {name!r} has no plain dense data to hash ({tensor.layout}, "
-                             f"device {tensor.device})")
-        put(name.encode("utf-8"))
-        put(str(tensor.dtype).encode())
-        put(json.dumps(list(tensor.shape)).encode())
-        flat = tensor.detach().to("cpu").contiguous().reshape(-1)  # (numel,)
-        raw = flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8)  # (nbytes,)
-        put(raw.numpy().tobytes())
-    return hasher.hexdigest()
+    rewards = require_ndim("rewards", rewards, 2, "(G, N)")
+    if rewards.shape[1] < 1:
+        raise ValueError(f"rewards must have at least one sample per goal (N >= 1), got shape {tuple(rewards.shape)}")
+    beta1 = require_positive_finite("beta1", beta1)
+    out_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
+    r = rewards.detach().to(torch.float64)  # (G, N); float64 keeps β1·(lse − ln N) exact when r/β1 is huge
+    n = r.shape[1]
+    v = beta1 * (torch.logsumexp(r / beta1, dim=1) - math.log(n))  # (G,)
+    return v.to(out_dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -252,31 +180,6 @@ class VStarTable:
             the set of goal ids (str) to drop; the table itself is not modified.
         """
         return {g for g, samples in self.rewards.items() if max(samples) <= threshold}
-
-    def summary(self, full_reward: float = 1.0) -> dict[str, float]:
-        """What stage 1 saw of the reference policy's samples, as plain floats.
-
-        ``pass_at_n`` bounds what on-policy exploration from π_ref finds: a goal none of whose ``N`` samples reached
-        ``full_reward`` (a WebShop success without a format penalty) gives stage 2 no successful trajectory to
-        reinforce, however the loss weighs it. Compare it with π_ref's greedy success rate: when the two are close,
-        sampling finds few successes that greedy decoding does not already make.
-
-        Returns:
-            ``goals``; ``samples_per_goal`` (N); ``v_star_mean``; ``reward_mean`` (over all G·N samples);
-            ``full_reward_rate`` (share of samples with reward ≥ ``full_reward``); ``pass_at_n`` (share of goals
-            with at least one such sample); ``all_zero_rate`` (share of goals :meth:`drop_all_zero` would drop).
-        """
-        samples = list(self.rewards.values())
-        flat = [r for goal in samples for r in goal]
-        return {
-            "goals": float(len(samples)),
-            "samples_per_goal": float(self.n_samples),
-            "v_star_mean": sum(self.v_star.values()) / len(self.v_star),
-            "reward_mean": sum(flat) / len(flat),
-            "full_reward_rate": sum(r >= full_reward for r in flat) / len(flat),
-            "pass_at_n": sum(max(goal) >= full_reward for goal in samples) / len(samples),
-            "all_zero_rate": len(self.drop_all_zero()) / len(samples),
-        }
 
     def lookup(self, goal_ids: Iterable[Any], device: torch.device | str | None = None) -> Tensor:
         """V* of each goal, in order, as a tensor.
@@ -380,20 +283,7 @@ class VStarCache:
             text = json.dumps(payload, sort_keys=True, indent=1, allow_nan=False)
         except (TypeError, ValueError) as err:
             raise ValueError(f"V* payload for key {key} is not JSON-serialisable: {err}") from err
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=self.root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp_name, path)
-        except BaseException:
-            try:
-                os.unlink(tmp_name)
-            except FileNotFoundError:
-                pass
-            raise
+        atomic_write_text(path, text)
         return path
 
     def get_or_compute(
@@ -423,7 +313,7 @@ class VStarCache:
         """
         if not (isinstance(beta1, (int, float)) and math.isfinite(beta1) and beta1 > 0):
             raise ValueError(f"beta1 must be a finite number > 0, got {beta1!r}")
-        key = cache_key(key_parts)
+        key = cache_key(key_parts, CACHE_FORMAT_VERSION)
         payload = self.load(key)
         if payload is not None:
             return VStarTable.from_rewards(key, payload["rewards"], beta1, payload.get("key_parts") or {})
@@ -432,7 +322,7 @@ class VStarCache:
             raise ValueError(
                 f"compute_fn must return a mapping goal_id -> list of rewards, got {type(rewards).__name__}"
             )
-        table = VStarTable.from_rewards(key, rewards, beta1, _canonical(key_parts, "key_parts"))
+        table = VStarTable.from_rewards(key, rewards, beta1, canonical(key_parts, "key_parts"))
         self.save(key, table.to_payload())
         return table
 

@@ -1,35 +1,43 @@
-"""The RL data module: goals, splits, V* (A*-PO stage 1) and the stream of fresh trajectories (stage 2).
+"""The RL data module: goals, splits, V* (A*-PO stage 1 and its refresh) and the batches of fresh trajectories.
 
-Stage 1 (``setup``, once, cached; under DDP every rank samples its share of the goals): for each training goal,
-N trajectories from the frozen reference policy and ``V*(x) = β1 · (logsumexp_i(r_i/β1) − log N)`` (Brantley et
-al. 2025, §3), stored under ``data/vstar`` with a key covering the reference weights, goals, N, β1, sampling, env,
-reward and prompt settings.
+The data path is one-way: the data module owns the goals, V* and batch assembly, and asks the LightningModule only
+for its current policy (``rollout_policy()``). Which objective trains, and so whether V* is needed and how many
+rollouts a goal gets, reaches it as linked arguments (``lit.cli``), not by reading the module.
 
-Stage 2 (``train_dataloader``): an ``IterableDataset`` that, for each batch, picks this rank's next goals and asks
-the LightningModule's *current* policy for fresh trajectories (the pattern of Lightning's PPO example). Which goals
-and which sampling seed a batch uses are pure functions of (seed, rank, batch number), and the batch number is
-part of the checkpoint, so a resumed run continues exactly. Every rank yields the same number of batches.
+Stage 1 (``setup``, once, cached; under DDP every rank samples its share of the goals with its own seed): for each
+training goal, N trajectories from the frozen reference policy and ``V*(x) = β1 · (logsumexp_i(r_i/β1) − log N)``
+(Brantley et al. 2025, §3), stored under ``data/vstar`` with a key covering the reference weights, goals, N,
+sampling, run seed, env, reward and prompt settings.
+
+Stage 2 (``train_dataloader``): a sized, resumable stream (``streams.StepStream``); batch ``k`` is rolled out when
+training step ``k`` asks for it, so with the parameters after ``k`` updates. Its goals and sampling seed are pure
+functions of (run seed, rank, k), and ``k`` is saved in every checkpoint, so a resumed run makes the same batches.
+Every rank yields the same number of batches. Validation and test batches are greedy trajectories of the current
+policy on the split's goals, rolled out as Lightning asks for them.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Iterator
 
 import torch
 from lightning.pytorch import LightningDataModule
-from torch.utils.data import DataLoader, IterableDataset
 
-from ..agent.chat import ChatFormat
-from ..agent.evaluate import rollout_goals
-from ..agent.policy import load_policy, resolve_device
-from ..agent.rollout import RolloutEngine, derive_seed
-from ..agent.tiny import TinyPolicySpec
-from ..apo.vstar import VStarCache, VStarTable, hash_state_dict
-from .common import EnvConfig, chat_dict, ensure_policy
+from ..apo.objectives import OBJECTIVES, Algorithm
+from ..apo.vstar import VStarCache, VStarTable
+from ..eval.metrics import sample_statistics
+from ..models.loading import load_policy, resolve_device
+from ..models.tiny import TinyPolicySpec
+from ..rollout.chat import ChatFormat
+from ..rollout.collate import collate_trajectories
+from ..rollout.engine import RolloutEngine, rollout_goals
+from ..utils.hashing import hash_state_dict
+from ..utils.seeds import derive_seed
+from .settings import EnvConfig, RolloutSettings, ensure_policy
+from .streams import ChunkStream, StepStream
 
 log = logging.getLogger(__name__)
 
@@ -60,82 +68,58 @@ class VStarConfig:
     device: str = "auto"
 
 
-class RolloutStream(IterableDataset):
-    """Yields collated batches of fresh trajectories, calling back into the LightningModule for each batch."""
-
-    def __init__(self, data: "WebShopRLDataModule"):
-        self.data = data
-
-    def __iter__(self) -> Iterator[dict]:
-        data = self.data
-        module = data.trainer.lightning_module
-        remaining = data.steps_per_epoch - data.cursor % data.steps_per_epoch
-        for _ in range(remaining):
-            batch_number = data.cursor
-            goals = data.goals_for_batch(batch_number)
-            seed = derive_seed(data.env.seed, data.rank, batch_number, "train")
-            batch = module.collect_rollouts(goals, seed, data)
-            data.cursor += 1
-            yield batch
-
-
-class _GoalChunks(IterableDataset):
-    """Evaluation: this rank's goals in chunks (each chunk is one rollout batch)."""
-
-    def __init__(self, goals: list[int], chunk: int):
-        self.goals, self.chunk = goals, chunk
-
-    def __iter__(self) -> Iterator[list[int]]:
-        for start in range(0, len(self.goals), self.chunk):
-            yield self.goals[start:start + self.chunk]
-
-    def __len__(self) -> int:
-        return (len(self.goals) + self.chunk - 1) // self.chunk
-
-
 class WebShopRLDataModule(LightningDataModule):
-    """Goals, splits, V* and the rollout stream for A*-PO / GRPO training on WebShop.
+    """Goals, splits, V* and batches of fresh trajectories for RL on WebShop.
 
     Args:
         env: WebShop data and episode settings.
         chat: the prompt format.
-        model_name_or_path: π_ref, the frozen reference policy, which is also where the policy starts (linked from
-            the module's ``model_name_or_path``).
+        model_name_or_path: π_ref, the frozen reference policy (stage 1 samples it), which is also where the
+            policy starts (linked from the module's ``model_name_or_path``).
         tiny: build a fresh tiny policy into ``model_name_or_path`` if it is missing (smoke tests only; a real run
             starts from an SFT-warm-started reference).
-        batch_size: goals per training batch per process (one rollout each for A*-PO; GRPO repeats them).
+        seed: the run seed (linked from ``seed_everything``): goal order, rollout sampling and stage-1 sampling
+            derive theirs from it, per rank and purpose. Separate from the catalog seed ``env.seed``.
+        algorithm: the objective being trained (linked from the module): whether stage 1 runs.
+        rollouts_per_goal: trajectories per goal in a training batch (linked: 1 for A*-PO, G for GRPO).
+        batch_size: goals per training batch per process.
         train_goals: use the first N training goals (0 = all); stage 1 runs on exactly these.
         steps_per_epoch: training batches per epoch (validation runs at epoch ends).
         val_goals: validation goals rolled out greedily each validation (first N of the val split; 0 = all).
         test_goals: test goals for ``cli.py test`` (first N of the test split; 0 = all).
         eval_batch_size: episodes per evaluation rollout batch.
-        max_new_tokens: reply token limit (linked from the module).
+        rollout: how training rollouts sample (and the reply token limit of every rollout).
         vstar: stage-1 settings.
     """
 
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
-                 model_name_or_path: str = "data/models/tiny-sft", tiny: TinyPolicySpec | None = None,
-                 batch_size: int = 16, train_goals: int = 0, steps_per_epoch: int = 50, val_goals: int = 64,
-                 test_goals: int = 0, eval_batch_size: int = 32, max_new_tokens: int = 64,
-                 vstar: VStarConfig = VStarConfig()):
+                 model_name_or_path: str = "data/models/tiny-sft", tiny: TinyPolicySpec | None = None, seed: int = 0,
+                 algorithm: Algorithm = "apo", rollouts_per_goal: int = 1, batch_size: int = 16, train_goals: int = 0,
+                 steps_per_epoch: int = 50, val_goals: int = 64, test_goals: int = 0, eval_batch_size: int = 32,
+                 rollout: RolloutSettings = RolloutSettings(), vstar: VStarConfig = VStarConfig()):
         super().__init__()
-        if batch_size < 1 or steps_per_epoch < 1:
-            raise ValueError("batch_size and steps_per_epoch must be >= 1")
+        if batch_size < 1 or steps_per_epoch < 1 or rollouts_per_goal < 1:
+            raise ValueError("batch_size, steps_per_epoch and rollouts_per_goal must be >= 1")
         self.env = env
         self.chat = chat
         self.reference_model = model_name_or_path
         self.tiny = tiny
+        self.seed = seed
+        self.objective = OBJECTIVES[algorithm]
+        self.rollouts_per_goal = rollouts_per_goal
         self.batch_size = batch_size
         self.train_goals = train_goals
         self.steps_per_epoch = steps_per_epoch
         self.val_goals = val_goals
         self.test_goals = test_goals
         self.eval_batch_size = eval_batch_size
-        self.max_new_tokens = max_new_tokens
+        self.rollout = rollout
         self.vstar = vstar
-        self.cursor = 0  # training batches produced so far on this rank (checkpointed)
         self.v_star: VStarTable | None = None
+        self.refreshed_at: int | None = None  # the batch whose start last refreshed V* (checkpointed with the table)
         self.goal_pool: list[int] = []
+        self.stream: StepStream | None = None
+        self._stage1_to_log: dict[str, float] | None = None
 
     # ------------------------------------------------------------------------------------------------ ranks
     @property
@@ -145,6 +129,11 @@ class WebShopRLDataModule(LightningDataModule):
     @property
     def world_size(self) -> int:
         return self.trainer.world_size if self.trainer is not None else 1
+
+    @property
+    def shop(self):
+        """The catalog (goals, products, prices) the episodes run in."""
+        return self.env.shop()
 
     # ------------------------------------------------------------------------------------------------ stage 1
     def pool(self) -> list[int]:
@@ -158,46 +147,39 @@ class WebShopRLDataModule(LightningDataModule):
         β1 is deliberately not a part: the cache stores the N rewards per goal and V* is recomputed from them
         (exactly, in microseconds) for whatever β1 a run asks for, so changing β1 never re-samples.
         """
-        shop = self.env.shop()
         return {
             "reference": reference_hash,
             "goals": self.pool(),
-            "data": str(shop.data_dir.resolve()),
-            "goal_kind": self.env.goals,
-            "goal_seed": self.env.seed,
+            "data": str(self.shop.data_dir.resolve()),
             "env": asdict(self.env),
-            "chat": chat_dict(self.chat),
+            "chat": asdict(self.chat),
             "num_samples": self.vstar.num_samples,
             "temperature": self.vstar.temperature,
-            "max_new_tokens": self.max_new_tokens,
-            "version": 1,
+            "max_new_tokens": self.rollout.max_new_tokens,
+            "seed": self.seed,
+            "version": 2,
         }
 
-    def sample_rewards(self, model, tokenizer, goals: list[int], seed_tag: str) -> dict[str, list[float]]:
-        """N sampled trajectory rewards per goal under ``model`` (the reference, or the current policy on refresh)."""
-        engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.max_new_tokens,
+    def sample_rewards(self, model, tokenizer, goals: list[int], purpose: str) -> dict[str, list[float]]:
+        """N sampled trajectory rewards per goal under ``model`` (π_ref, or the current policy on a refresh), the
+        work split across ranks: each samples every ``world_size``-th goal with its own seed (derived from the run
+        seed, ``purpose`` and its rank), and the parts are gathered so that every rank returns all of them."""
+        share = goals[self.rank::self.world_size]
+        engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens,
                                temperature=self.vstar.temperature)
-        repeated = [g for g in goals for _ in range(self.vstar.num_samples)]
-        trajectories = rollout_goals(engine, self.env.shop(), repeated, self.vstar.batch_size,
-                                     seed=derive_seed(self.env.seed, seed_tag),
-                                     observation_mode=self.env.observation_mode,
-                                     max_steps=self.env.max_steps, progress=self.rank == 0)
-        rewards: dict[str, list[float]] = {str(g): [] for g in goals}
+        repeated = [g for g in share for _ in range(self.vstar.num_samples)]
+        trajectories = rollout_goals(engine, self.shop, repeated, self.vstar.batch_size,
+                                     seed=derive_seed(self.seed, purpose, self.rank),
+                                     observation_mode=self.env.observation_mode, max_steps=self.env.max_steps,
+                                     progress=self.rank == 0, description=f"{purpose} samples (rank 0)")
+        rewards: dict[str, list[float]] = {str(g): [] for g in share}
         for t in trajectories:
             rewards[str(t.goal_index)].append(t.reward)
-        return rewards
-
-    @property
-    def needs_v_star(self) -> bool:
-        """Stage 1 runs when fitting A*-PO (GRPO, validate and test need no V*)."""
-        if self.trainer is None:
-            return True
-        fitting = self.trainer.state.fn == "fit"
-        return fitting and self.trainer.lightning_module.hparams.get("algorithm", "apo") == "apo"
-
-    def prepare_data(self) -> None:
-        """Once per machine: build the tiny policy if the config asks for one and it is missing."""
-        ensure_policy(self.reference_model, self.tiny, self.env, self.chat)
+        if self.world_size == 1:
+            return rewards
+        gathered: list = [None] * self.world_size
+        torch.distributed.all_gather_object(gathered, rewards)
+        return {goal: samples for part in gathered for goal, samples in part.items()}
 
     def _stage1_device(self) -> str:
         """Where this rank's stage-1 rollouts run: ``vstar.device``, on this rank's own GPU under a trainer."""
@@ -216,69 +198,130 @@ class WebShopRLDataModule(LightningDataModule):
 
         def compute_fn() -> dict[str, list[float]]:
             model.to(self._stage1_device())
-            return self.sample_rewards_shared(model, tokenizer, self.pool(), "vstar")
+            return self.sample_rewards(model, tokenizer, self.pool(), "stage1")
 
         return VStarCache(self.vstar.cache_dir).get_or_compute(key_parts, compute_fn, self.vstar.beta1)
 
-    def sample_rewards_shared(self, model, tokenizer, goals: list[int], seed_tag: str) -> dict[str, list[float]]:
-        """``sample_rewards`` over ``goals`` with the work split across ranks: each rank samples every
-        ``world_size``-th goal with its own seed, and the parts are gathered so that every rank returns all of them.
-        A single process samples exactly as ``sample_rewards(..., seed_tag)``."""
-        if self.world_size == 1:
-            return self.sample_rewards(model, tokenizer, goals, seed_tag)
-        share = goals[self.rank::self.world_size]
-        rewards = self.sample_rewards(model, tokenizer, share, f"{seed_tag}-rank{self.rank}")
-        gathered: list = [None] * self.world_size
-        torch.distributed.all_gather_object(gathered, rewards)
-        return {goal: samples for part in gathered for goal, samples in part.items()}
+    def _set_v_star(self, table: VStarTable, what: str) -> None:
+        self.v_star = table
+        self._stage1_to_log = sample_statistics(table.rewards)
+        log.info("%s: %s", what, ", ".join(f"{k} {v:.4g}" for k, v in self._stage1_to_log.items()))
+
+    def prepare_data(self) -> None:
+        """Once per machine: build the (untrained) tiny policy if the config asks for one and it is missing."""
+        ensure_policy(self.reference_model, self.tiny, self.env, self.chat)
 
     def setup(self, stage: str | None = None) -> None:
-        if stage in ("fit", None):
-            pool = self.pool()
-            self.v_star = self._load_vstar() if self.needs_v_star else None
-            if self.vstar.drop_all_zero and self.v_star is not None:
+        if stage not in ("fit", None):
+            return
+        pool = self.pool()
+        if self.objective.needs_v_star and self.v_star is None:
+            self._set_v_star(self._load_vstar(), "stage 1")
+            if self.vstar.drop_all_zero:
                 dropped = {int(g) for g in self.v_star.drop_all_zero()}
                 pool = [g for g in pool if g not in dropped]
                 log.info("drop_all_zero: %d of %d goals kept", len(pool), len(self.pool()))
-            if len(pool) < self.world_size:
-                raise ValueError(f"{len(pool)} training goals cannot be shared by {self.world_size} processes")
-            self.goal_pool = pool
-
-    def refresh_v_star(self, model, tokenizer) -> None:
-        """Re-estimate V* for the goal pool with ``model`` (the current policy); every rank computes its share."""
-        rewards = self.sample_rewards_shared(model, tokenizer, self.goal_pool, f"refresh-{self.cursor}")
-        self.v_star = VStarTable.from_rewards(f"refresh-{self.cursor}", rewards, self.vstar.beta1)
+        if len(pool) < self.world_size:
+            raise ValueError(f"{len(pool)} training goals cannot be shared by {self.world_size} processes")
+        self.goal_pool = pool
 
     # ------------------------------------------------------------------------------------------------ stage 2
     def goals_for_batch(self, batch_number: int) -> list[int]:
-        """This rank's goals for training batch ``batch_number``: its shard of the pool, reshuffled every pass."""
+        """This rank's goals for training batch ``batch_number``: its shard of the pool, reshuffled every pass with
+        a seed derived from the run seed."""
         shard = self.goal_pool[self.rank::self.world_size]
         start = batch_number * self.batch_size
         goals = []
         for position in range(start, start + self.batch_size):
             epoch, index = divmod(position, len(shard))
             order = list(shard)
-            random.Random(derive_seed(self.env.seed, self.rank, epoch, "order")).shuffle(order)
+            random.Random(derive_seed(self.seed, "goal-order", self.rank, epoch)).shuffle(order)
             goals.append(order[index])
         return goals
 
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(RolloutStream(self), batch_size=None, num_workers=0)
+    def _policy(self):
+        """The LightningModule's current policy and tokenizer: all the data module asks of it."""
+        return self.trainer.lightning_module.rollout_policy()
 
-    def _eval_loader(self, split: str, limit: int) -> DataLoader:
+    def _rollout_context(self):
+        return self.trainer.precision_plugin.forward_context()
+
+    def _refresh_v_star(self, batch_number: int) -> None:
+        """Re-estimate V* for the goal pool with the current policy (every rank its share), before batch
+        ``batch_number``; the table goes into the checkpoints, so a resumed run uses the same one."""
+        model, tokenizer = self._policy()
+        with self._rollout_context():
+            rewards = self.sample_rewards(model, tokenizer, self.goal_pool, f"refresh-{batch_number}")
+        self._set_v_star(VStarTable.from_rewards(f"refresh-{batch_number}", rewards, self.vstar.beta1),
+                         f"V* refreshed before batch {batch_number}")
+        self.refreshed_at = batch_number
+
+    def train_batch(self, batch_number: int) -> dict:
+        """Training batch ``batch_number``: ``rollouts_per_goal`` fresh trajectories of the current policy for each
+        of this rank's goals, collated (``rollout.collate.collate_trajectories``), with per trajectory ``v_star``
+        (B,) float32 (0 without V*) and ``group`` (B,) int64 (the goal's position in the batch), and
+        ``trajectories``, ``rollout_seconds``, ``batch_number``, and ``stage1`` (the sample statistics of a V*
+        table made since the last batch, else None)."""
+        refresh = self.vstar.refresh_every
+        if refresh and batch_number and batch_number % refresh == 0 and self.refreshed_at != batch_number:
+            self._refresh_v_star(batch_number)
+        goals = self.goals_for_batch(batch_number)
+        goal_list = [g for g in goals for _ in range(self.rollouts_per_goal)]
+        model, tokenizer = self._policy()
+        engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens,
+                               temperature=self.rollout.temperature, top_p=self.rollout.top_p)
+        start = time.perf_counter()
+        with self._rollout_context():
+            trajectories = engine.rollout(self.env.envs(len(goal_list)), goal_list,
+                                          seed=derive_seed(self.seed, "rollout", self.rank, batch_number))
+        batch = collate_trajectories(trajectories, tokenizer.pad_token_id)
+        batch["v_star"] = (self.v_star.lookup(goal_list) if self.objective.needs_v_star
+                           else torch.zeros(len(goal_list)))
+        batch["group"] = torch.arange(len(goals)).repeat_interleave(self.rollouts_per_goal)
+        batch.update(trajectories=trajectories, rollout_seconds=time.perf_counter() - start,
+                     batch_number=batch_number, stage1=self._stage1_to_log)
+        self._stage1_to_log = None
+        return batch
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
+        """Tensors of a batch dict to ``device``; trajectories and other Python objects stay as they are."""
+        if isinstance(batch, dict):
+            return {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+        return batch
+
+    def train_dataloader(self) -> StepStream:
+        if self.stream is None:  # one stream per run: its cursor is the run's position
+            self.stream = StepStream(self.steps_per_epoch, self.train_batch)
+        return self.stream
+
+    # ------------------------------------------------------------------------------------------------ evaluation
+    def eval_batch(self, goals: list[int]) -> dict:
+        """Greedy trajectories of the current policy on ``goals``: ``{"trajectories": [...]}``."""
+        model, tokenizer = self._policy()
+        engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens, greedy=True)
+        with self._rollout_context():
+            return {"trajectories": engine.rollout(self.env.envs(len(goals)), goals, seed=0)}
+
+    def _eval_loader(self, split: str, limit: int) -> ChunkStream:
         goals = self.env.split(split)
         goals = goals[:limit] if limit else goals
-        return DataLoader(_GoalChunks(goals[self.rank::self.world_size], self.eval_batch_size), batch_size=None)
+        return ChunkStream(goals[self.rank::self.world_size], self.eval_batch_size, self.eval_batch)
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> ChunkStream:
         return self._eval_loader("val", self.val_goals)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> ChunkStream:
         return self._eval_loader("test", self.test_goals)
 
     # ------------------------------------------------------------------------------------------------ resume
     def state_dict(self) -> dict:
-        return {"cursor": self.cursor}
+        """A V* table refreshed during training (the stage-1 table is cached on disk and found by its key)."""
+        if self.refreshed_at is None:
+            return {}
+        return {"refreshed_at": self.refreshed_at, "v_star_rewards": self.v_star.rewards}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.cursor = int(state_dict["cursor"])
+        if state_dict.get("refreshed_at") is not None:
+            self.refreshed_at = int(state_dict["refreshed_at"])
+            self.v_star = VStarTable.from_rewards(f"refresh-{self.refreshed_at}", state_dict["v_star_rewards"],
+                                                  self.vstar.beta1)

@@ -8,7 +8,7 @@
 
 Files: ``catalog`` (raw files -> processed products, prices), ``goals`` (synthetic/human goals, splits),
 ``search`` (Lucene-compatible BM25), ``pages`` (observations, clickables), ``reward``, ``shop`` (the loaded
-catalog), ``env`` (one session), ``synthetic`` (the generated default catalog), ``__main__`` (play / eval).
+catalog), ``env`` (one session), ``synthetic`` (the generated default catalog), ``__main__`` (play).
 """
 
 from .catalog import WebShopDataError

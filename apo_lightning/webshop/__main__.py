@@ -1,21 +1,15 @@
-"""Command line: ``python -m apo_lightning.webshop play|eval``.
+"""Command line: ``python -m apo_lightning.webshop play``, the environment by hand.
 
     python -m apo_lightning.webshop play --data-dir ../shared/webshop_data --goal-index 3
-    python -m apo_lightning.webshop eval --data-dir ../shared/webshop_data --policy rule --split test
 
-Without ``--data-dir`` both use the synthetic catalog (generated under data/synthetic/seed0 on first use).
-``eval`` shows a progress bar and prints, as its last line, one JSON object with success_rate, score
-(100 × mean reward), avg_steps and episodes.
+Without ``--data-dir`` it uses the synthetic catalog (generated under data/synthetic/seed0 on first use). Policies
+(scripted or models) are evaluated with ``python -m apo_lightning.eval evaluate``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
-
-from tqdm import tqdm
 
 from .env import WebShopEnv
 from .shop import WebShop
@@ -54,26 +48,6 @@ def play(args: argparse.Namespace) -> None:
             break
 
 
-def evaluate_command(args: argparse.Namespace) -> dict:
-    """Play every goal of a split with a scripted policy; print and return the metrics."""
-    from ..agent.scripted import make_policy, run_episode, summarize
-
-    shop = WebShop.load(args.data_dir, goals=args.goals, seed=args.seed)
-    env = WebShopEnv(shop, args.observation_mode, max_steps=args.max_steps or None)
-    policy = make_policy(args.policy, seed=args.policy_seed)
-    indices = list(shop.split(args.split, args.split_scheme))
-    if args.limit:
-        indices = indices[: args.limit]
-    start = time.perf_counter()
-    results = [run_episode(env, policy, i) for i in tqdm(indices, desc=f"{args.policy} on {args.split}",
-                                                           file=sys.stderr)]
-    metrics = summarize(results)
-    metrics.update(policy=args.policy, split=args.split, goals=args.goals, data_dir=str(shop.data_dir),
-                   seconds=round(time.perf_counter() - start, 3))
-    print(json.dumps(metrics))
-    return metrics
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m apo_lightning.webshop", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -81,15 +55,8 @@ def main(argv: list[str] | None = None) -> None:
     p_play = sub.add_parser("play", help="type actions and see observations and rewards")
     _common(p_play)
     p_play.add_argument("--goal-index", type=int, default=0)
-    p_eval = sub.add_parser("eval", help="evaluate a scripted policy on a split")
-    _common(p_eval)
-    p_eval.add_argument("--policy", choices=("random", "rule", "oracle"), required=True)
-    p_eval.add_argument("--split", choices=("train", "val", "test"), default="test")
-    p_eval.add_argument("--split-scheme", choices=("webshop", "verl"), default="webshop")
-    p_eval.add_argument("--limit", type=int, default=0, help="evaluate only the first N goals of the split")
-    p_eval.add_argument("--policy-seed", type=int, default=0, help="seed of the random policy")
     args = parser.parse_args(argv)
-    play(args) if args.command == "play" else evaluate_command(args)
+    play(args)
 
 
 if __name__ == "__main__":

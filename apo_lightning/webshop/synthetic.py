@@ -27,12 +27,13 @@ import argparse
 import hashlib
 import json
 import logging
-import os
 import random
 import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..utils.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -1122,20 +1123,6 @@ def _dumps(obj: object) -> bytes:
     return json.dumps(obj, ensure_ascii=True, separators=(", ", ": ")).encode("ascii")
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # plain open(): permissions follow the umask
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _source_md(seed: int, num_products: int, contents: dict[str, bytes], stats: dict[str, int]) -> str:
     """The folder's SOURCE.md: what it is, how it was made, and the file table."""
     rows = "\n".join(f"| {name} | {len(data):,} | {hashlib.sha256(data).hexdigest()} |"
@@ -1213,10 +1200,10 @@ def generate_catalog(out_dir: str | Path, seed: int = 0, num_products: int = 600
     contents[SOURCE_FILE] = _source_md(seed, num_products, contents, _stats(catalog)).encode("utf-8")
     (out / META_FILE).unlink(missing_ok=True)  # the folder is invalid until every file is written
     for name in DATA_FILES:
-        _write_atomic(out / name, contents[name])
+        atomic_write_bytes(out / name, contents[name])
     meta = _meta(seed, num_products)
     meta["files"] = {name: hashlib.sha256(contents[name]).hexdigest() for name in DATA_FILES}
-    _write_atomic(out / META_FILE, json.dumps(meta, indent=1, sort_keys=True).encode("ascii"))
+    atomic_write_bytes(out / META_FILE, json.dumps(meta, indent=1, sort_keys=True).encode("ascii"))
     log.info("wrote synthetic WebShop catalog to %s (seed %d, %d products)", out, seed, num_products)
     return out
 

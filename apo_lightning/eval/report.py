@@ -3,14 +3,14 @@
 ``write_results(out_dir, trajectories, shop, method, split)`` writes (the output of ``cli.py test``):
 
 * ``summary.csv``: one row per (method, split): method, split, episodes, success_rate, score (100 × mean WebShop
-  score), avg_steps (turns per episode), invalid_rate (turns whose reply had no parseable action / all turns), the
-  ``extra`` columns, then per goal category ``success_rate/<category>`` and ``episodes/<category>`` in sorted
-  category order. Several methods share one directory: a new (method, split) row is added, a row with the same
+  score), avg_turns (turns per episode), invalid_reply_rate (turns whose reply had no parseable action / all
+  turns; the quantities of ``eval.metrics``), the ``extra`` columns, then per goal category
+  ``success_rate/<category>`` and ``episodes/<category>`` in sorted category order. Several methods share one directory: a new (method, split) row is added, a row with the same
   (method, split) is replaced, and when the columns differ the file is rewritten with their union (missing cells
   empty).
 * ``episodes.jsonl``: one audit record per episode (the full goal dict, every turn's thought, action, format
-  error, reply, observation, env reward and validity, the purchase, score, reward, verbose reward info, failure
-  class and a one-line explanation). Records of other (method, split) pairs already in the file are kept.
+  error, reply, observation, score (the env's step reward: the WebShop score at Buy Now, else 0) and validity,
+  the purchase, score, reward, verbose reward info, failure class and a one-line explanation). Records of other (method, split) pairs already in the file are kept.
 * ``failure_analysis.md``: per (method, split) in the file, a ``| class | count | share |`` table over the failed
   episodes and a paragraph per class with the first example (rendered from ``episodes.jsonl``, so it covers
   every method in the directory).
@@ -45,20 +45,17 @@ A successful episode (score == 1) is classed ``success``, which is not a failure
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
-import os
-import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from ..webshop import WebShop, WebShopEnv
+from ..rollout.trajectory import Trajectory
+from ..utils.files import atomic_write
+from ..webshop import WebShop
 from ..webshop.reward import attribute_matches, option_matches
-from .rollout import Trajectory, Turn
-from .scripted import EpisodeResult
+from .metrics import trajectory_metrics
 
 SUMMARY_FILE, EPISODES_FILE, FAILURES_FILE = "summary.csv", "episodes.jsonl", "failure_analysis.md"
 #: The failure classes, in the order ``classify_failure`` checks them (the table's row order).
@@ -66,7 +63,7 @@ FAILURE_CLASSES = ("format_errors", "search_loop", "no_purchase_step_limit", "ov
                    "right_product_wrong_options", "other")
 SUCCESS = "success"
 #: The summary columns every row has, in order; category and ``extra`` columns follow.
-BASE_COLUMNS = ("method", "split", "episodes", "success_rate", "score", "avg_steps", "invalid_rate")
+BASE_COLUMNS = ("method", "split", "episodes", "success_rate", "score", "avg_turns", "invalid_reply_rate")
 SEARCH_LOOP_MIN_SEARCHES = 3
 _CATEGORY_PREFIXES = ("success_rate/", "episodes/")
 _MAX_ACTION_CHARS = 160
@@ -231,19 +228,11 @@ def summary_row(trajectories: Sequence[Trajectory], shop: WebShop, method: str, 
     Raises:
         ValueError: no trajectories, or an ``extra`` key that is a metric column.
     """
-    n = len(trajectories)
-    if n == 0:
+    if not trajectories:
         raise ValueError(f"no trajectories to report for method {method!r} on split {split!r}")
-    turns = [t for tr in trajectories for t in tr.turns]
-    row: dict[str, Any] = {
-        "method": method,
-        "split": split,
-        "episodes": n,
-        "success_rate": sum(t.success for t in trajectories) / n,
-        "score": 100.0 * sum(t.score for t in trajectories) / n,
-        "avg_steps": len(turns) / n,
-        "invalid_rate": sum(t.action is None for t in turns) / len(turns) if turns else 0.0,
-    }
+    metrics = trajectory_metrics(trajectories)
+    row: dict[str, Any] = {"method": method, "split": split}
+    row.update({column: metrics[column] for column in BASE_COLUMNS[2:]})
     categories = category_breakdown(trajectories, shop)
     for key, value in (extra or {}).items():
         if key in row or key.startswith(_CATEGORY_PREFIXES):
@@ -286,9 +275,9 @@ def episode_record(trajectory: Trajectory, shop: WebShop, method: str, split: st
         "goal": dict(goal),
         "instruction": trajectory.instruction,
         "turns": [{"thought": t.thought, "action": t.action, "format_error": t.format_error, "reply": t.reply,
-                   "observation": t.observation, "env_reward": t.env_reward, "valid_action": t.valid_action,
+                   "observation": t.observation, "score": t.score, "valid_action": t.valid_action,
                    "done": t.done} for t in trajectory.turns],
-        "steps": len(trajectory.turns),
+        "num_turns": len(trajectory.turns),
         "purchased": purchased,
         "score": trajectory.score,
         "reward": trajectory.reward,
@@ -378,24 +367,6 @@ def _short(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- writing
-@contextlib.contextmanager
-def _atomic_writer(path: Path) -> Iterator[io.TextIOWrapper]:
-    """Write ``path`` through a temporary file beside it, moved over it with ``os.replace`` on success."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        # mkstemp makes the file 0600: keep an existing file's mode, else the usual 0644
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def _write_summary(path: Path, row: Mapping[str, Any]) -> None:
     rows: list[dict[str, Any]] = []
     columns: list[str] = list(row)
@@ -407,7 +378,7 @@ def _write_summary(path: Path, row: Mapping[str, Any]) -> None:
             columns = list(reader.fieldnames) + columns
             rows = [r for r in reader if (r["method"], r["split"]) != (row["method"], row["split"])]
     rows.append({k: _cell(v) for k, v in row.items()})
-    with _atomic_writer(path) as f:
+    with atomic_write(path) as f:
         writer = csv.DictWriter(f, fieldnames=_column_order(columns), restval="")
         writer.writeheader()
         writer.writerows(rows)
@@ -447,7 +418,7 @@ def write_results(out_dir: str | Path, trajectories: Sequence[Trajectory], shop:
         sections.setdefault(key, _Section(*key)).add(record)
 
     episodes_path = out / EPISODES_FILE
-    with _atomic_writer(episodes_path) as f:
+    with atomic_write(episodes_path) as f:
         if episodes_path.exists():
             for record in _read_jsonl(episodes_path):
                 if (record.get("method"), record.get("split")) == (method, split):
@@ -458,50 +429,11 @@ def write_results(out_dir: str | Path, trajectories: Sequence[Trajectory], shop:
             add(record)
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
-    with _atomic_writer(out / FAILURES_FILE) as f:
+    with atomic_write(out / FAILURES_FILE) as f:
         f.write("# Failure analysis\n\nAn automatic taxonomy of the non-successful episodes in `episodes.jsonl` "
-                "(rules: `apo_lightning/agent/report.py`). Each failed episode gets the first class that applies, "
+                "(rules: `apo_lightning/eval/report.py`). Each failed episode gets the first class that applies, "
                 "in the table's order.\n\n")
         f.write("\n".join(section.markdown() for section in sections.values()))
 
     _write_summary(out / SUMMARY_FILE, row)
     return row
-
-
-# ---------------------------------------------------------------------------------------------------- scripted
-def trajectory_from_episode(result: EpisodeResult, shop: WebShop) -> Trajectory:
-    """A scripted policy's episode as a ``Trajectory``, so ``write_results`` reports scripted baselines too.
-
-    Each action becomes a turn with ``reply = action``, ``thought = ""`` and no format error; the turn's
-    observation is the page before the action. Validity and per-step env rewards are not kept by
-    ``EpisodeResult``, so the actions are replayed in a fresh env on ``shop`` (deterministic; the Attributes
-    button shown so that no recorded click is refused for lack of it) and the replay is checked against the
-    recorded outcome.
-
-    Raises:
-        ValueError: the result is malformed (observation count) or the replay does not reproduce its purchase
-            and score (a different catalog or seed).
-    """
-    if len(result.observations) != len(result.actions) + 1:
-        raise ValueError(f"goal {result.goal_index}: {len(result.observations)} observations for "
-                         f"{len(result.actions)} actions (expected one more: the start page)")
-    env = WebShopEnv(shop, max_steps=None, show_attrs=True)
-    env.reset(result.goal_index)
-    turns, info = [], {}
-    for observation, action in zip(result.observations, result.actions):
-        _, env_reward, done, info = env.step(action)
-        turns.append(Turn(observation=observation, reply=action, thought="", action=action, format_error=None,
-                          num_actions=1, env_reward=env_reward, done=done, valid_action=info["valid"],
-                          generated_tokens=0, stop="answer"))
-    final = result.info
-    truncated = bool(final.get("truncated", False))
-    if turns and truncated and not turns[-1].done:
-        turns[-1].done = True
-    if info.get("asin") != final.get("asin") or (("asin" in final) and env.reward != result.reward):
-        raise ValueError(f"goal {result.goal_index}: replaying the actions on {shop!r} bought {info.get('asin')} "
-                         f"(score {env.reward}), the result records {final.get('asin')} (score {result.reward}); "
-                         "pass the shop the episode was played in")
-    purchased = {"asin": final["asin"], "options": dict(final.get("options", {}))} if "asin" in final else None
-    return Trajectory(goal_index=result.goal_index, instruction=shop.goals[result.goal_index]["instruction_text"],
-                      turns=turns, score=result.reward, reward=result.reward, success=result.success,
-                      reward_info=final.get("reward_info"), purchased=purchased, truncated=truncated)

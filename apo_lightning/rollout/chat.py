@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 DEFAULT_SYSTEM_PROMPT = "You are a shopping agent. You browse an online shop to buy the product a customer asks for."
 DEFAULT_TASK_PROMPT = (
@@ -27,6 +27,10 @@ _RICH_BUTTON = re.compile(r"^\[(clicked )?button\] (.*) \[(?:clicked )?button_\]
 _ACTION = re.compile(r"\b(search|click)\s*\[([^\[\]\n]+)\]", re.IGNORECASE)
 #: Why a reply gave no action (counted in metrics).
 NO_ANSWER_TAG, NO_ACTION_IN_ANSWER, EMPTY_REPLY = "no_answer_tag", "no_action_in_answer", "empty_reply"
+#: What a finished episode earns before the format penalty (``ChatFormat.reward``).
+RewardKind = Literal["score", "success"]
+#: How a page identical to the previous turn's is shown (``ChatFormat.repeat_pages``).
+RepeatPages = Literal["full", "short"]
 
 
 @dataclass(frozen=True)
@@ -140,14 +144,14 @@ class ChatFormat:
     context_budget: int = 4096
     max_observation_chars: int = 0
     format_penalty: float = -0.1
-    repeat_pages: str = "short"
-    reward: str = "score"
+    repeat_pages: RepeatPages = "short"
+    reward: RewardKind = "score"
 
     def __post_init__(self) -> None:
-        if self.reward not in ("score", "success"):
-            raise ValueError(f"reward must be 'score' or 'success', got {self.reward!r}")
-        if self.repeat_pages not in ("full", "short"):
-            raise ValueError(f"repeat_pages must be 'full' or 'short', got {self.repeat_pages!r}")
+        if self.reward not in get_args(RewardKind):
+            raise ValueError(f"reward must be one of {get_args(RewardKind)}, got {self.reward!r}")
+        if self.repeat_pages not in get_args(RepeatPages):
+            raise ValueError(f"repeat_pages must be one of {get_args(RepeatPages)}, got {self.repeat_pages!r}")
         if self.history_turns is not None and self.history_turns < 0:
             raise ValueError(f"history_turns must be None or >= 0, got {self.history_turns}")
         if self.max_observation_chars < 0:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..rollout.engine import RolloutEngine
+from ..rollout.trajectory import Trajectory
 from ..webshop import WebShopEnv
-from .rollout import RolloutEngine, Trajectory
 from .scripted import OraclePolicy
 
 

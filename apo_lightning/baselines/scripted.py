@@ -1,7 +1,9 @@
 """Scripted WebShop policies: random, the WebShop paper's rule baseline, and a goal-aware oracle.
 
 Each policy sees what an agent sees (observation and available actions) plus, for the oracle only, the goal dict.
-``run_episode`` plays one goal to the end; ``evaluate`` plays a list of goals and reports the paper's metrics.
+:func:`scripted_steps` is the one loop that plays a scripted policy through an episode (the tokenizer corpus, the
+turn drills and :func:`play_episode` all walk it); :func:`play_episode` records the episode as a ``Trajectory``, so
+scripted baselines go through the same metrics and reports as language-model policies.
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterator, Protocol
 
+from ..rollout.trajectory import Trajectory, Turn
 from ..webshop import WebShopEnv
 from ..webshop.reward import token_set_ratio
 
@@ -157,7 +160,7 @@ POLICIES = {"random": RandomPolicy, "rule": RulePolicy, "oracle": OraclePolicy}
 
 
 def make_policy(name: str, seed: int = 0) -> ScriptedPolicy:
-    """A scripted policy by name: "random" | "rule" | "oracle".
+    """A scripted policy by name: "random" | "rule" | "oracle" (``seed`` seeds the random policy).
 
     Raises:
         ValueError: unknown name.
@@ -168,46 +171,47 @@ def make_policy(name: str, seed: int = 0) -> ScriptedPolicy:
 
 
 @dataclass
-class EpisodeResult:
-    """One finished episode: goal index, reward (0…1 WebShop score), steps, the actions and the final info."""
+class ScriptedStep:
+    """One step of a scripted episode: the page and the action, then (once the env stepped) what it returned."""
 
-    goal_index: int
-    reward: float
-    steps: int
-    actions: list[str] = field(default_factory=list)
-    observations: list[str] = field(default_factory=list)
+    observation: str
+    available_actions: dict
+    action: str
+    score: float = 0.0
+    done: bool = False
     info: dict = field(default_factory=dict)
 
-    @property
-    def success(self) -> bool:
-        """WebShop success: score exactly 1.0."""
-        return self.reward == 1.0
 
+def scripted_steps(env: WebShopEnv, policy: ScriptedPolicy, goal_index: int) -> Iterator[ScriptedStep]:
+    """Play ``policy`` on goal ``goal_index`` until the episode ends: the one scripted-episode loop.
 
-def run_episode(env: WebShopEnv, policy: ScriptedPolicy, goal_index: int) -> EpisodeResult:
-    """Play goal ``goal_index`` until the episode ends (Buy Now or the env's step limit)."""
+    Each step is yielded while ``env`` still shows the page its action is taken on (a caller may read
+    ``env.page``, ``env.num_steps``); when the caller asks for the next one, the env steps and the yielded
+    :class:`ScriptedStep` is completed with the score, ``done`` and ``info`` the env returned.
+
+    Raises:
+        RuntimeError: the env has no step limit and the policy did not finish in 1,000 steps.
+    """
     observation = env.reset(goal_index)
     policy.reset(env.goal)
-    result = EpisodeResult(goal_index, 0.0, 0, observations=[observation])
     done = False
     while not done:
-        action = policy.act(observation, env.available_actions())
-        observation, reward, done, info = env.step(action)
-        result.actions.append(action)
-        result.observations.append(observation)
-        result.reward, result.steps, result.info = reward, info["num_steps"], info
-        if env.max_steps is None and result.steps >= 1000:
+        available = env.available_actions()
+        step = ScriptedStep(observation, available, policy.act(observation, available))
+        yield step
+        observation, step.score, done, step.info = env.step(step.action)
+        step.done = done
+        if env.max_steps is None and env.num_steps >= 1000 and not done:
             raise RuntimeError(f"policy did not finish goal {goal_index} in 1000 steps; set max_steps")
-    return result
 
 
-def summarize(results: Iterable[EpisodeResult]) -> dict[str, float]:
-    """The paper's metrics: success_rate (fraction with score 1.0), score (100 × mean reward), avg_steps, episodes."""
-    results = list(results)
-    n = len(results)
-    return {
-        "success_rate": sum(r.success for r in results) / n if n else 0.0,
-        "score": 100.0 * sum(r.reward for r in results) / n if n else 0.0,
-        "avg_steps": sum(r.steps for r in results) / n if n else 0.0,
-        "episodes": n,
-    }
+def play_episode(env: WebShopEnv, policy: ScriptedPolicy, goal_index: int) -> Trajectory:
+    """One episode of a scripted policy as a ``Trajectory``: each action is a turn with ``reply = action`` and no
+    thought; the reward is the score (a scripted policy makes no format errors)."""
+    steps = list(scripted_steps(env, policy, goal_index))
+    trajectory = Trajectory(goal_index, env.shop.goals[goal_index]["instruction_text"])
+    trajectory.turns = [Turn(observation=s.observation, reply=s.action, thought="", action=s.action, format_error=None,
+                             num_actions=1, score=s.score, done=s.done, valid_action=s.info["valid"],
+                             generated_tokens=0, stop="answer") for s in steps]
+    trajectory.finish(steps[-1].score, steps[-1].info, reward=steps[-1].score)
+    return trajectory

@@ -1,4 +1,4 @@
-"""Turn drills: a short pretraining that teaches a from-scratch tiny decoder to copy from its context.
+"""Turn drills: a short course that teaches a from-scratch tiny decoder to copy from its context.
 
 Every WebShop action copies something the model has read: the search query from the instruction, an ASIN from
 the results page, an option value from the instruction. A decoder of a few million parameters trained from random
@@ -15,23 +15,22 @@ page (copy the ASIN of the product that matches the instruction, or page on) and
 (copy an option value named in the instruction, or buy). Half of the search drills show a *spliced* instruction,
 the start of one training instruction joined to the end of another, so that the query cannot be recalled from
 memory and must be copied.
+
+Drills are training data: the SFT run trains on them through the Trainer before the demonstrations
+(``lit.sft_data``); this module only draws them and measures how well a model copies.
 """
 
 from __future__ import annotations
 
 import random
-import sys
 from typing import Sequence
 
 import torch
-from tqdm import tqdm
 
+from ..rollout.chat import ChatFormat
 from ..webshop import WebShop, WebShopEnv
-from .chat import ChatFormat
 from .demonstrations import reply_for
-from .logprobs import generated_nll
-from .rollout import pad_batch
-from .scripted import OraclePolicy, strip_price
+from .scripted import OraclePolicy, scripted_steps, strip_price
 
 #: The page kinds a drill is drawn from, in episode order.
 DRILL_PAGES = ("index", "search_results", "item_page")
@@ -71,17 +70,12 @@ class TurnDrills:
 
     def _first_turns(self, goal_index: int) -> dict[str, tuple[int, str, dict, str]]:
         """``page kind -> (turn, observation, available actions, oracle reply)`` for each kind's first turn."""
-        env = self.env
-        observation = env.reset(goal_index)
-        self.oracle.reset(env.goal)
-        turns, done = {}, False
-        while not done:
-            available = env.available_actions()
-            action = self.oracle.act(observation, available)
-            kind = env.page.kind
+        turns = {}
+        for step in scripted_steps(self.env, self.oracle, goal_index):
+            kind = self.env.page.kind
             if kind in DRILL_PAGES and kind not in turns:
-                turns[kind] = (env.num_steps, observation, available, reply_for(action, env))
-            observation, _, done, _ = env.step(action)
+                turns[kind] = (self.env.num_steps, step.observation, step.available_actions,
+                               reply_for(step.action, self.env))
         return turns
 
     def draw(self, rng: random.Random, kind: str | None = None, splice: bool | None = None) -> dict[str, list[int]]:
@@ -137,30 +131,3 @@ def copy_accuracy(model, drills: TurnDrills, per_kind: int = 16, seed: int = 1) 
         accuracy[kind] = correct / per_kind
     model.train(was_training)
     return accuracy
-
-
-def copy_pretrain(model, drills: TurnDrills, steps: int = 400, batch_size: int = 32, learning_rate: float = 2e-3,
-                  seed: int = 0) -> list[float]:
-    """Train ``model`` in place on ``steps`` batches of turn drills (AdamW, linear warm-up then constant).
-
-    Returns:
-        The loss of every step (mean cross-entropy per reply token, nats).
-    """
-    rng = random.Random(seed)
-    model.train()
-    device = next(model.parameters()).device
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
-    warmup = max(1, steps // 20)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
-    losses = []
-    for _ in tqdm(range(steps), desc="turn drills", file=sys.stderr):
-        batch = pad_batch([drills.draw(rng) for _ in range(batch_size)], drills.tokenizer.pad_token_id)
-        batch = {k: v.to(device) for k, v in batch.items()}
-        loss = generated_nll(model, batch["input_ids"], batch["attention_mask"], batch["gen_mask"])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-    return losses

@@ -1,0 +1,225 @@
+"""Log-probabilities of generated tokens: per token from logits, from a model without its full ``(B, T, V)``
+logits, and packed into one row per trajectory; the SFT loss on them.
+
+Every training loss here reads log π only at the tokens the model generated (RAGEN: prompt and observation tokens
+are context), a few percent of a WebShop sequence. Running the output head over all ``T`` positions costs most of a
+step's memory and, on the CPU, most of its time; :func:`generated_logprobs` runs it only where a generated token is
+predicted. Conventions: ``mask: (B, T)`` marks generated tokens (any dtype, read as boolean); position ``t`` of a
+per-token tensor holds ``log p(y_t | y_<t)``; arithmetic is float32.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .checks import masked, require_ndim, require_positive_finite, require_same_shape
+
+
+def check_logits_ids(logits: object, input_ids: object) -> tuple[Tensor, Tensor]:
+    logits = require_ndim("logits", logits, 3, "(B, T, V)")
+    input_ids = require_ndim("input_ids", input_ids, 2, "(B, T)")
+    if input_ids.shape != logits.shape[:2]:
+        raise ValueError(
+            f"input_ids has shape {tuple(input_ids.shape)} but logits has shape {tuple(logits.shape)}; "
+            "input_ids must be (B, T) with the same B and T as logits"
+        )
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise ValueError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
+    return logits, input_ids
+
+
+def token_logprobs(logits: Tensor, input_ids: Tensor, temperature: float = 1.0) -> Tensor:
+    """Per-token log-probabilities of a sequence under the model that produced ``logits`` for it.
+
+    ``out[b, t] = log softmax(logits[b, t−1] / temperature)[input_ids[b, t]]`` for ``t ≥ 1`` and ``out[b, 0] = 0``
+    (the first token has no prediction) — position ``t`` holds the log-probability of token ``t``, the alignment every
+    loss here expects. Computed as ``gathered logit − logsumexp`` in float32 even for bf16/fp16 logits, one batch row
+    at a time, so the float32 temporaries are (T, V), never (B, T, V).
+
+    Args:
+        logits: (B, T, V) float, the causal LM's output for ``input_ids`` (logits[:, t] predicts token t+1).
+        input_ids: (B, T) integer token ids, in [0, V).
+        temperature: divide logits by this before the softmax (use the sampling temperature so the log-probs are
+            those of the distribution that sampled the tokens; the authors' code does the same). Finite, > 0.
+
+    Returns:
+        (B, T) float32 log-probabilities (≤ 0), differentiable w.r.t. ``logits``.
+
+    Raises:
+        ValueError: if the shapes do not agree, ``input_ids`` is not integer, or ``temperature`` is not > 0.
+    """
+    logits, input_ids = check_logits_ids(logits, input_ids)
+    temperature = require_positive_finite("temperature", temperature)
+    batch, length, _ = logits.shape
+    if batch == 0:
+        return torch.zeros(0, length, dtype=torch.float32, device=logits.device)
+    rows = []
+    for b in range(batch):
+        row = logits[b, :-1].float()  # (T-1, V); row t predicts token t+1
+        if temperature != 1.0:
+            row = row / temperature
+        target = input_ids[b, 1:].long().unsqueeze(-1)  # (T-1, 1)
+        picked = row.gather(-1, target).squeeze(-1)  # (T-1,)
+        rows.append(picked - torch.logsumexp(row, dim=-1))  # (T-1,)
+    zeros = torch.zeros(batch, 1, dtype=torch.float32, device=logits.device)
+    return torch.cat([zeros, torch.stack(rows)], dim=1)  # (B, T)
+
+
+def sft_loss(logits: Tensor, input_ids: Tensor, mask: Tensor) -> Tensor:
+    """Next-token cross-entropy on the model-generated tokens (supervised warm start on demonstrations).
+
+    ``L = −(1/K) Σ_{(b,t): mask[b,t]=1, t≥1} log softmax(logits[b, t−1])[input_ids[b, t]]``, ``K`` the number of such
+    targets — the mask is the *target's* mask, shifted by one against the logits (a token is learned when it is a
+    generated token; observation/prompt tokens are context only). ``mask[:, 0]`` is ignored: token 0 has no prediction.
+    Only the selected rows of ``logits`` are upcast to float32. Training (turn drills, ``SFTModule``) computes this
+    loss from the model through :func:`generated_nll`, without the full logits; this is its reference.
+
+    Args:
+        logits: (B, T, V) float, the causal LM's output for ``input_ids``.
+        input_ids: (B, T) integer token ids.
+        mask: (B, T), non-zero on model-generated tokens.
+
+    Returns:
+        0-d float32 tensor, the mean cross-entropy over the selected target tokens.
+
+    Raises:
+        ValueError: on shape mismatch, or if no position ``t ≥ 1`` has ``mask == 1`` (a mean over zero tokens is
+            undefined; a demonstration batch without generated tokens is a data bug).
+    """
+    logits, input_ids = check_logits_ids(logits, input_ids)
+    mask = require_same_shape("mask", mask, "input_ids", input_ids).bool()
+    target_mask = mask[:, 1:]  # (B, T-1): token t+1 is a generated token
+    if not bool(target_mask.any()):
+        raise ValueError("sft_loss: no generated target token in the batch (mask[:, 1:] is all zero)")
+    pred = logits[:, :-1][target_mask].float()  # (K, V)
+    target = input_ids[:, 1:][target_mask].long()  # (K,)
+    return F.cross_entropy(pred, target, reduction="mean")
+
+
+def sequence_logprob(token_logp: Tensor, mask: Tensor) -> Tensor:
+    """Sum of per-token log-probabilities over the generated tokens of each trajectory.
+
+    ``log π(y|x) = Σ_{t : mask[b,t]=1} token_logp[b, t]`` — the sequence log-likelihood of the model's own tokens, the
+    quantity A*-PO regresses (it is a *sum*, not a mean, so longer replies weigh more).
+
+    Args:
+        token_logp: (B, T) float, per-token log-probabilities (any float dtype; summed in float32). Values where
+            ``mask == 0`` are ignored, even if non-finite.
+        mask: (B, T), non-zero on model-generated tokens.
+
+    Returns:
+        (B,) float32; 0 for a row with no generated token.
+
+    Raises:
+        ValueError: if ``token_logp`` is not 2-D or ``mask`` has a different shape.
+    """
+    token_logp = require_ndim("token_logp", token_logp, 2, "(B, T)")
+    mask = require_same_shape("mask", mask, "token_logp", token_logp).bool()
+    return masked(token_logp, mask).sum(dim=-1)  # (B,)
+
+
+def generated_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                        gen_mask: torch.Tensor, per_segment: bool = True) -> torch.Tensor:
+    """log π(token | prefix) of every generated token, computed without the full (S, T, V) logits.
+
+    The decoder body runs over the whole sequences, but the output head and the log-softmax only at the positions
+    that predict a generated token, which is what the losses read: at 4k-token contexts and a 4k vocabulary the
+    full logits were most of a training step's memory. Right-padded batches (``collate_trajectories``) run with no
+    attention mask, so the attention is plain causal (PyTorch's fused kernel, memory linear in T instead of a
+    T × T matrix per head), and by default one segment at a time, cut to its own length: no compute on padding
+    (``benchmarks/loss_passes.py`` measures both ways). Models without
+    ``get_decoder``/``get_output_embeddings``, or with a logit soft-cap, take the full-logits path.
+
+    Args:
+        model: a causal LM (``transformers`` or a PEFT wrapper of one).
+        input_ids: (S, T) int64.
+        attention_mask: (S, T) 0/1.
+        gen_mask: (S, T), 1 on generated tokens.
+        per_segment: run a right-padded batch segment by segment (False: the decoder over the padded batch).
+
+    Returns:
+        (S, T) float32: the log-probability at every generated token (t ≥ 1), 0 elsewhere; differentiable.
+    """
+    right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    if head is None or not hasattr(model, "get_decoder") or softcap:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        return token_logprobs(logits, input_ids) * (gen_mask != 0)
+    decoder = model.get_decoder()
+    rows, cols = gen_mask[:, 1:].nonzero(as_tuple=True)  # token (row, cols + 1) is predicted at (row, cols)
+    if per_segment and right_padded and rows.numel():
+        # one segment at a time, cut to its own length: a padded batch of segments of very different lengths is
+        # mostly padding (55 % of a (16, 3883) batch of real WebShop trajectories), and the decoder's cost grows
+        # with the padded length, quadratically in the attention
+        lengths = attention_mask.sum(dim=1).tolist()
+        hidden_at = []
+        for row in rows.unique().tolist():
+            hidden = decoder(input_ids=input_ids[row:row + 1, :lengths[row]]).last_hidden_state[0]
+            hidden_at.append(hidden[cols[rows == row]])
+        selected = torch.cat(hidden_at)  # nonzero() lists rows in ascending order: same order as (rows, cols)
+    else:
+        selected = decoder(input_ids=input_ids,
+                           attention_mask=None if right_padded else attention_mask).last_hidden_state[rows, cols]
+    logits = head(selected).float()  # (K, V)
+    targets = input_ids[rows, cols + 1]
+    chosen = logits.gather(1, targets[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    return out.index_put((rows, cols + 1), chosen)
+
+
+def generated_nll(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, gen_mask: torch.Tensor) -> torch.Tensor:
+    """The SFT loss, mean cross-entropy on the generated tokens, through :func:`generated_logprobs`.
+
+    Equal to ``sft_loss(model(input_ids, attention_mask).logits, input_ids, gen_mask)`` (tested), at a
+    fraction of its cost: ``benchmarks/sft_step.py`` measures both on turn drills and demonstrations.
+
+    Args:
+        model: a causal LM (``transformers`` or a PEFT wrapper of one).
+        input_ids: (B, T) int64.
+        attention_mask: (B, T) 0/1.
+        gen_mask: (B, T), non-zero on the tokens to learn (model replies); ``gen_mask[:, 0]`` is ignored.
+
+    Returns:
+        0-d float32 tensor, nats per generated token; differentiable.
+
+    Raises:
+        ValueError: no position ``t ≥ 1`` has ``gen_mask`` set (a mean over zero tokens is undefined).
+    """
+    count = (gen_mask[:, 1:] != 0).sum()
+    if not bool(count):
+        raise ValueError("generated_nll: no generated target token in the batch (gen_mask[:, 1:] is all zero)")
+    return -generated_logprobs(model, input_ids, attention_mask, gen_mask).sum() / count
+
+
+def pack_generated(values: Tensor, gen_mask: Tensor, traj_index: Tensor, num_trajectories: int) -> tuple[Tensor, Tensor]:
+    """Gather the generated-token values of every trajectory's segments into one row per trajectory.
+
+    Only generated tokens enter the losses, so a trajectory split over several segments (history window, context
+    budget) is the concatenation of its segments' generated tokens.
+
+    Args:
+        values: (S, T) per-token values (log-probs) of S segments.
+        gen_mask: (S, T) 1 on generated tokens.
+        traj_index: (S,) int64, the trajectory of each segment.
+        num_trajectories: B.
+
+    Returns:
+        ``(packed (B, G), mask (B, G))`` with G the largest number of generated tokens of a trajectory (at least
+        1); values are 0 where mask is 0. Gradients flow through ``values``.
+    """
+    seg, pos = gen_mask.nonzero(as_tuple=True)  # in (segment, position) order: per trajectory, segments in order
+    owner = traj_index[seg]  # (N,)
+    order = torch.argsort(owner, stable=True)
+    seg, pos, owner = seg[order], pos[order], owner[order]
+    counts = torch.bincount(owner, minlength=num_trajectories)  # (B,)
+    starts = torch.cumsum(counts, 0) - counts
+    column = torch.arange(owner.numel(), device=owner.device) - starts[owner]
+    width = int(counts.max().item()) if counts.numel() else 0
+    packed = values.new_zeros((num_trajectories, max(width, 1)))
+    mask = values.new_zeros((num_trajectories, max(width, 1)))
+    packed = packed.index_put((owner, column), values[seg, pos])
+    mask = mask.index_put((owner, column), torch.ones_like(column, dtype=values.dtype))
+    return packed, mask

@@ -1,0 +1,87 @@
+"""The objective interface: what the RL module and data module ask an objective, and the batch it sees.
+
+An objective is a name, a settings dataclass, whether it needs V* (stage 1), how many rollouts per goal it needs,
+and a pure function from a :class:`PackedBatch` and its settings to ``(loss, stats)``. The module and the data
+module ask the objective; they never branch on its name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class PackedBatch:
+    """One training batch, one row per trajectory, generated tokens only (``logprobs.pack_generated``).
+
+    Attributes:
+        logp: (B, G) float32, log π(y_t|·) of each generated token under the current policy, with gradients.
+        ref_logp: (B, G) float32, the same under the frozen reference π_ref.
+        old_logp: (B, G) float32, the same under the policy that sampled the trajectory (recorded at rollout).
+        mask: (B, G) float32, 1 on generated tokens, 0 on padding.
+        reward: (B,) float32, the trajectory reward r(x, y) (score or success plus format penalties).
+        v_star: (B,) float32, V*(x) of each trajectory's goal (0 when the objective needs no V*).
+        group: (B,) int64, the same id for the trajectories of one goal (GRPO's groups).
+    """
+
+    logp: Tensor
+    ref_logp: Tensor
+    old_logp: Tensor
+    mask: Tensor
+    reward: Tensor
+    v_star: Tensor
+    group: Tensor
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A training objective.
+
+    Attributes:
+        name: its ``algorithm`` name in the configs.
+        settings: its settings dataclass (``model.<name>`` in the configs).
+        needs_v_star: whether stage 1 (V* from reference samples) must run before training.
+        loss: ``(batch, settings) -> (loss 0-d float32, stats {name: detached 0-d float32})``.
+        rollouts_per_goal: ``settings -> int``, trajectories sampled per goal in a batch.
+    """
+
+    name: str
+    settings: type
+    needs_v_star: bool
+    loss: Callable[[PackedBatch, Any], tuple[Tensor, dict[str, Tensor]]]
+    rollouts_per_goal: Callable[[Any], int]
+
+
+def k3_kl(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:
+    """Schulman's k3 estimator of KL(π‖π_ref) per token, ``exp(ref − logp) − (ref − logp) − 1`` ≥ 0, 0 off-mask.
+
+    ("Approximating KL divergence", 2020, http://joschu.net/blog/kl-approx.html.) Differentiable in ``logp``.
+
+    Args:
+        logp, ref_logp: (B, G) float32 per-token log-probabilities.
+        mask: (B, G), non-zero on generated tokens.
+
+    Returns:
+        (B, G) float32.
+    """
+    d = torch.where(mask.bool(), ref_logp.detach().float() - logp.float(), torch.zeros((), device=logp.device))
+    return torch.exp(d) - d - 1.0
+
+
+def kl_statistics(batch: PackedBatch) -> dict[str, Tensor]:
+    """The policy's distance from π_ref on a batch, the same quantities for every objective (``train/...``).
+
+    Returns:
+        Detached 0-d float32 tensors: ``kl``, the mean over trajectories of ``Σ_t k3`` (:func:`k3_kl`; the KL of a
+        whole trajectory, nats, ≥ 0), and ``log_ratio``, the mean of ``Σ_t (log π − log π_ref)`` (the k1
+        estimator of the same, unbiased but noisy, can be < 0).
+    """
+    with torch.no_grad():
+        mask = batch.mask.bool()
+        k3 = k3_kl(batch.logp.detach(), batch.ref_logp, mask).sum(dim=-1)  # (B,)
+        k1 = torch.where(mask, batch.logp.detach().float() - batch.ref_logp.float(), 0.0).sum(dim=-1)  # (B,)
+        return {"kl": k3.mean(), "log_ratio": k1.mean()}

@@ -1,0 +1,2 @@
+"""Layer 5: evaluation. One metrics module (``metrics``: one name per quantity, confidence intervals), results
+reports (``report``), paired comparison (``compare``) and the evaluation command line (``__main__``)."""

@@ -1,0 +1,117 @@
+"""The evaluation command line: evaluate a policy on a split, or compare two results directories (paired).
+
+    python -m apo_lightning.eval evaluate --model data/models/tiny-sft --data-dir ../shared/webshop_data --split test
+    python -m apo_lightning.eval evaluate --model rule --data-dir ../shared/webshop_data       # random | rule | oracle
+    python -m apo_lightning.eval evaluate --model X --split val --samples 8 --temperature 1.0  # exploration: pass@k
+    python -m apo_lightning.eval compare results/reference results/apo                      # B against A, paired
+
+``evaluate`` shows progress bars and prints, as its last line, one JSON object: success_rate (with its Wilson 95 %
+interval), score (100 × mean WebShop score), reward, avg_turns, invalid_reply_rate, invalid_action_rate,
+generated_tokens, episodes; with ``--samples K`` also sampled_success_rate and pass_at_1 … pass_at_K with 95 %
+bootstrap intervals. ``--results-dir`` also writes the greedy episodes as a results directory (summary.csv,
+episodes.jsonl, failure_analysis.md), which ``compare`` reads. ``compare`` prints a markdown table and, last, a JSON
+object of the same figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+from ..rollout.chat import ChatFormat
+from ..rollout.engine import RolloutEngine, rollout_goals
+from ..utils.seeds import derive_seed
+from ..webshop import WebShop
+from .compare import compare_episodes, format_comparison, load_episodes
+from .evaluate import SCRIPTED, greedy_summary, play_scripted, sample_policy, sampled_summary
+from .report import write_results
+
+
+def evaluate_command(args: argparse.Namespace) -> dict:
+    """Run ``evaluate``; print and return its figures."""
+    torch.set_num_threads(args.threads)
+    shop = WebShop.load(args.data_dir, goals=args.goals, seed=args.catalog_seed)
+    print(f"catalog: {shop}", file=sys.stderr)
+    goals = list(shop.split(args.split, args.split_scheme))[: args.limit or None]
+    start = time.perf_counter()
+    if args.model in SCRIPTED:
+        if args.samples:
+            raise SystemExit("--samples applies to language-model policies, not to scripted ones")
+        trajectories = play_scripted(args.model, shop, goals, args.max_steps, args.seed)
+        metrics = greedy_summary(trajectories)
+    else:
+        from ..models.loading import load_policy
+
+        model, tokenizer = load_policy(args.model, gguf_file=args.gguf_file, dtype=args.dtype, device=args.device)
+        chat = ChatFormat(history_turns=args.history_turns, context_budget=args.context_budget)
+        engine = RolloutEngine(model, tokenizer, chat, max_new_tokens=args.max_new_tokens, greedy=True)
+        trajectories = rollout_goals(engine, shop, goals, args.batch_size, derive_seed(args.seed, "evaluate"),
+                                     max_steps=args.max_steps, progress=True, description="greedy episodes")
+        metrics = greedy_summary(trajectories)
+        if args.samples:
+            samples = sample_policy(model, tokenizer, shop, goals, chat, args.samples, args.temperature, args.top_p,
+                                    args.max_new_tokens, args.batch_size, args.max_steps, seed=args.seed)
+            metrics.update(sampled_summary(samples, seed=args.seed))
+            metrics["temperature"] = args.temperature
+    if args.results_dir:
+        write_results(args.results_dir, trajectories, shop, method=args.method_name or args.model, split=args.split)
+    metrics.update(model=args.model, split=args.split, seed=args.seed, seconds=round(time.perf_counter() - start, 2))
+    print(json.dumps(metrics))
+    return metrics
+
+
+def compare_command(args: argparse.Namespace) -> dict:
+    """Run ``compare``; print and return its figures."""
+    name_a, a = load_episodes(args.a, args.method_a, args.split)
+    name_b, b = load_episodes(args.b, args.method_b, args.split)
+    result = compare_episodes(a, b)
+    print(format_comparison(name_a, name_b, result))
+    result.update(a=name_a, b=name_b)
+    print(json.dumps(result))
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m apo_lightning.eval", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("evaluate", help="evaluate a policy on a split")
+    ev.add_argument("--model", required=True,
+                    help=f"model directory, hub id, 'smollm2-135m-instruct', or a scripted policy: {', '.join(SCRIPTED)}")
+    ev.add_argument("--gguf-file", default=None)
+    ev.add_argument("--data-dir", default=None, help="WebShop data folder (default: the synthetic catalog)")
+    ev.add_argument("--goals", choices=("synthetic", "human"), default="synthetic")
+    ev.add_argument("--catalog-seed", type=int, default=233, help="price/goal seed; 233 reproduces WebShop")
+    ev.add_argument("--split", choices=("train", "val", "test"), default="test")
+    ev.add_argument("--split-scheme", choices=("webshop", "verl"), default="webshop")
+    ev.add_argument("--limit", type=int, default=0, help="only the first N goals of the split")
+    ev.add_argument("--batch-size", type=int, default=32, help="episodes per rollout batch")
+    ev.add_argument("--max-steps", type=int, default=15, help="env steps (turns) per episode")
+    ev.add_argument("--max-new-tokens", type=int, default=64)
+    ev.add_argument("--samples", type=int, default=0, help="also K sampled episodes per goal: sampled success, pass@k")
+    ev.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of --samples")
+    ev.add_argument("--top-p", type=float, default=1.0, help="nucleus mass of --samples")
+    ev.add_argument("--history-turns", type=int, default=None, help="last k turns only (default: full)")
+    ev.add_argument("--context-budget", type=int, default=4096)
+    ev.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    ev.add_argument("--device", default="cpu")
+    ev.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ev.add_argument("--seed", type=int, default=0, help="run seed: sampling, and the random policy")
+    ev.add_argument("--results-dir", default=None, help="also write summary.csv, episodes.jsonl, failure_analysis.md")
+    ev.add_argument("--method-name", default=None, help="the method's name in the results (default: --model)")
+    cmp = sub.add_parser("compare", help="compare two results directories on the same goals (B against A)")
+    cmp.add_argument("a", help="results directory (or episodes.jsonl) of policy A, the baseline")
+    cmp.add_argument("b", help="results directory (or episodes.jsonl) of policy B")
+    cmp.add_argument("--method-a", default=None, help="which method of A's file (when it holds several)")
+    cmp.add_argument("--method-b", default=None, help="which method of B's file (when it holds several)")
+    cmp.add_argument("--split", default=None, help="which split (when a file holds several)")
+    args = parser.parse_args(argv)
+    return evaluate_command(args) if args.command == "evaluate" else compare_command(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Settings shared by the Lightning data modules: which WebShop, how episodes run, how rollouts sample."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from ..baselines.corpus import ensure_tiny_policy
+from ..models.loading import looks_local
+from ..models.tiny import TinyPolicySpec
+from ..rollout.chat import ChatFormat
+from ..webshop import WebShop, WebShopEnv
+
+SplitScheme = Literal["webshop", "verl"]
+ObservationMode = Literal["text", "text_rich"]
+GoalKind = Literal["synthetic", "human"]
+
+
+@dataclass
+class EnvConfig:
+    """Which WebShop data and how episodes run.
+
+    Args:
+        data_dir: WebShop data folder; None = the synthetic catalog (generated under data/synthetic/seed0).
+        goals: "synthetic" (attribute-based, as the paper's IL/RL) or "human" goals.
+        seed: the catalog seed: prices, goals and their order (233 reproduces WebShop). Not the run seed.
+        split_scheme: "webshop" (test [0, 500), val [500, 1500), train [1500, N)) or "verl" (test [0, 500),
+            train [500, N)).
+        observation_mode: "text" or "text_rich".
+        max_steps: env steps (turns) per episode before it ends with reward 0.
+    """
+
+    data_dir: str | None = None
+    goals: GoalKind = "synthetic"
+    seed: int = 233
+    split_scheme: SplitScheme = "webshop"
+    observation_mode: ObservationMode = "text"
+    max_steps: int = 15
+
+    def shop(self) -> WebShop:
+        """The loaded catalog (cached per process)."""
+        return _load_shop(self.data_dir, self.goals, self.seed)
+
+    def envs(self, n: int) -> list[WebShopEnv]:
+        """``n`` fresh envs over the shared catalog."""
+        shop = self.shop()
+        return [WebShopEnv(shop, self.observation_mode, max_steps=self.max_steps) for _ in range(n)]
+
+    def split(self, name: str) -> list[int]:
+        """Goal indices of a split."""
+        return list(self.shop().split(name, self.split_scheme))
+
+
+@dataclass
+class RolloutSettings:
+    """How training rollouts sample replies.
+
+    Args:
+        temperature: sampling temperature (> 0). The losses always read the untempered log π and log π_ref, so a
+            sharper sampler (T < 1, nearer the greedy policy that is evaluated) changes which trajectories are
+            regressed on, not the regression target.
+        top_p: nucleus sampling mass (1.0 = off).
+        max_new_tokens: reply token limit per turn (training, validation and test rollouts alike).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+
+
+@lru_cache(maxsize=4)
+def _load_shop(data_dir: str | None, goals: str, seed: int) -> WebShop:
+    return WebShop.load(data_dir, goals=goals, seed=seed)
+
+
+def ensure_policy(model_name_or_path: str, tiny: TinyPolicySpec | None, env: EnvConfig, chat: ChatFormat) -> None:
+    """Make sure the policy directory exists: build the (untrained) tiny policy there when ``tiny`` is set.
+
+    Raises:
+        FileNotFoundError: no such directory and no ``tiny`` spec to build one, saying how to make it.
+    """
+    path = Path(model_name_or_path)
+    if tiny is not None:
+        ensure_tiny_policy(path, tiny, env.shop(), chat, env.split("train"))
+    elif looks_local(model_name_or_path) and not path.exists():
+        raise FileNotFoundError(
+            f"policy directory {path} does not exist; train it first (e.g. `python cli.py fit --config "
+            "configs/sft_tiny.yaml` exports data/models/tiny-sft) or set model_name_or_path")
+
+
+def chat_key(chat: ChatFormat) -> dict:
+    """A ChatFormat's settings as a cache-key part."""
+    from dataclasses import asdict
+
+    return asdict(chat)

@@ -1,0 +1,251 @@
+"""The SFT data module: turn drills, then oracle demonstrations, as one course of training batches (the WebShop
+paper's IL stage, preceded by the drills a from-scratch tiny decoder needs).
+
+One training epoch is the whole course: ``drills.steps`` batches of turn drills (``baselines.drills``; each rank
+draws its own, seeded by the run seed, its rank and the batch number), then ``demo_epochs`` passes over the oracle
+demonstrations in length-grouped batches (each pass reshuffled with a seed derived from the run seed; each rank
+takes every ``world_size``-th batch). Like the RL stream, the course is a ``streams.StepStream``: sized, made as
+Lightning asks, and resumable from any checkpoint.
+
+The demonstrations are built once (rank 0, ``prepare_data``), rendered and tokenized by the same rollout engine that
+RL samples with, so the token layout is identical, and cached under ``data/sft`` (plain tensors, loaded with
+``weights_only=True``) with a key over everything they depend on. Validation: the loss on held-out
+demonstrations, greedy episodes on validation goals, and (with drills) exact-copy accuracy on drills of held-out
+goals, each from its own loader.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from lightning.pytorch import LightningDataModule
+from transformers import AutoTokenizer
+from transformers.trainer_pt_utils import LengthGroupedSampler
+
+from ..baselines.demonstrations import oracle_demonstrations
+from ..baselines.drills import DRILL_PAGES, TurnDrills
+from ..models.loading import TOKENIZER_FILES
+from ..models.tiny import TinyPolicySpec
+from ..rollout.chat import ChatFormat
+from ..rollout.collate import pad_batch
+from ..rollout.engine import RolloutEngine
+from ..utils.hashing import cache_key, hash_files
+from ..utils.seeds import derive_seed
+from .settings import EnvConfig, ensure_policy
+from .streams import ChunkStream, StepStream
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DrillSettings:
+    """Turn drills before the demonstrations (``baselines.drills``): without them a model this small memorises
+    instructions instead of learning to copy from its context.
+
+    Args:
+        steps: drill batches at the start of the course (0 = none; for a pretrained model).
+        batch_size: drills per batch per process.
+        held_out_goals: the last N training goals are never drilled; validation measures exact copies on them.
+        checks_per_kind: drills per page kind in that validation check (0 = no check).
+    """
+
+    steps: int = 0
+    batch_size: int = 32
+    held_out_goals: int = 64
+    checks_per_kind: int = 16
+
+
+class SFTDataModule(LightningDataModule):
+    """Turn drills and oracle demonstrations in the chat format.
+
+    Args:
+        env: WebShop data and episode settings.
+        chat: the prompt format (must match the one RL uses later).
+        model_name_or_path: the policy to fine-tune (its tokenizer tokenizes everything; linked from the module).
+        tiny: build the tiny default policy (untrained) into ``model_name_or_path`` when it does not exist.
+        seed: the run seed (linked from ``seed_everything``): drill draws and demonstration order.
+        drills: turn drills at the start of the course.
+        num_demos: demonstrations from the first training goals (only successful ones are kept).
+        demo_epochs: passes over the demonstrations after the drills.
+        num_val_demos: demonstrations from validation goals, for the validation loss.
+        batch_size: demonstrations per batch per process.
+        eval_goals: validation goals played greedily at each validation (``val/success_rate``, ``val/score``);
+            0 turns this off.
+        eval_batch_size: episodes per rollout batch in that evaluation.
+        max_new_tokens: reply token limit, as in RL (a longer oracle reply would be cut there).
+        cache_dir: where tokenized demonstrations are cached, keyed by everything they depend on.
+    """
+
+    def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
+                 model_name_or_path: str = "data/models/tiny-init", tiny: TinyPolicySpec | None = None, seed: int = 0,
+                 drills: DrillSettings = DrillSettings(), num_demos: int = 2000, demo_epochs: int = 1,
+                 num_val_demos: int = 64, batch_size: int = 4, eval_goals: int = 32, eval_batch_size: int = 32,
+                 max_new_tokens: int = 64, cache_dir: str = "data/sft"):
+        super().__init__()
+        if demo_epochs < 0 or batch_size < 1:
+            raise ValueError("demo_epochs must be >= 0 and batch_size >= 1")
+        self.env = env
+        self.chat = chat
+        self.model_name_or_path = model_name_or_path
+        self.tiny = tiny
+        self.seed = seed
+        self.drills = drills
+        self.num_demos = num_demos
+        self.demo_epochs = demo_epochs
+        self.num_val_demos = num_val_demos
+        self.batch_size = batch_size
+        self.eval_goals = eval_goals
+        self.eval_batch_size = eval_batch_size
+        self.max_new_tokens = max_new_tokens
+        self.cache_dir = Path(cache_dir)
+        self.train_examples: list[dict] = []
+        self.val_examples: list[dict] = []
+        self.stream: StepStream | None = None
+        self.tokenizer = None
+
+    @property
+    def rank(self) -> int:
+        return self.trainer.global_rank if self.trainer is not None else 0
+
+    @property
+    def world_size(self) -> int:
+        return self.trainer.world_size if self.trainer is not None else 1
+
+    @property
+    def shop(self):
+        """The catalog the episodes run in."""
+        return self.env.shop()
+
+    # ------------------------------------------------------------------------------------------------ build
+    def _cache_path(self) -> Path:
+        key = cache_key({"data": str(self.shop.data_dir.resolve()), "env": asdict(self.env), "chat": asdict(self.chat),
+                         "num_demos": self.num_demos, "num_val_demos": self.num_val_demos,
+                         "max_new_tokens": self.max_new_tokens,
+                         "tokenizer": hash_files(self.model_name_or_path, TOKENIZER_FILES), "format": "oracle-v3"})
+        return self.cache_dir / f"demos-{key[:16]}.pt"
+
+    def prepare_data(self) -> None:
+        """Once per machine: build the tiny policy (untrained) if asked, and the demonstrations if not cached."""
+        ensure_policy(self.model_name_or_path, self.tiny, self.env, self.chat)
+        path = self._cache_path()
+        if path.exists():
+            return
+        tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
+        engine = RolloutEngine(_NoModel(), tokenizer, self.chat, max_new_tokens=self.max_new_tokens)
+        envs = self.env.envs(64)
+        data = {}
+        for name, goals in (("train", self.env.split("train")[: self.num_demos]),
+                            ("val", self.env.split("val")[: self.num_val_demos])):
+            demos = oracle_demonstrations(engine, envs, goals)
+            segments = [(t.goal_index, s) for t in demos for s in t.segments]
+            data[name] = {"input_ids": [torch.tensor(s.token_ids, dtype=torch.int32) for _, s in segments],
+                          "gen_mask": [torch.tensor(s.gen_mask, dtype=torch.uint8) for _, s in segments],
+                          "goal_index": [g for g, _ in segments]}
+            log.info("%d %s demonstrations from %d goals", len(demos), name, len(goals))
+        from ..utils.files import atomic_write
+
+        with atomic_write(path, "wb") as f:
+            torch.save(data, f)
+
+    def setup(self, stage: str | None = None) -> None:
+        data = torch.load(self._cache_path(), weights_only=True)
+
+        def examples(part: dict) -> list[dict]:
+            return [{"input_ids": ids.tolist(), "gen_mask": mask.tolist(), "goal_index": g}
+                    for ids, mask, g in zip(part["input_ids"], part["gen_mask"], part["goal_index"])]
+
+        self.train_examples, self.val_examples = examples(data["train"]), examples(data["val"])
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
+        train = self.env.split("train")
+        held_out = max(1, min(self.drills.held_out_goals, len(train) // 10))
+        self.drill_source = TurnDrills(self.shop, self.chat, self.tokenizer, train[:-held_out],
+                                       max_steps=self.env.max_steps)
+        self.drill_checks = TurnDrills(self.shop, self.chat, self.tokenizer, train[-held_out:],
+                                       max_steps=self.env.max_steps)
+
+    # ------------------------------------------------------------------------------------------------ train
+    def demo_batches_per_epoch(self) -> int:
+        """Demonstration batches each rank trains on per pass (every rank the same number)."""
+        return (len(self.train_examples) + self.batch_size - 1) // self.batch_size // self.world_size
+
+    def course_length(self) -> int:
+        """Batches in one course (one Lightning epoch): drills, then the demonstration passes."""
+        return self.drills.steps + self.demo_epochs * self.demo_batches_per_epoch()
+
+    def _demo_order(self, demo_epoch: int) -> list[list[int]]:
+        """This rank's batches of one pass: length-grouped (``LengthGroupedSampler``), shuffled by the run seed."""
+        generator = torch.Generator().manual_seed(derive_seed(self.seed, "sft-order", demo_epoch) % 2**63)
+        sampler = LengthGroupedSampler(self.batch_size, lengths=[len(e["input_ids"]) for e in self.train_examples],
+                                       generator=generator)
+        order = list(sampler)
+        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        return batches[self.rank::self.world_size][: self.demo_batches_per_epoch()]
+
+    def train_batch(self, batch_number: int) -> dict:
+        """Course batch ``batch_number``: a drill batch or a demonstration batch (``pad_batch`` tensors), with
+        ``phase`` "drills" or "demos"."""
+        position = batch_number % self.course_length()
+        if position < self.drills.steps:
+            rng = random.Random(derive_seed(self.seed, "drills", self.rank, batch_number))
+            examples = [self.drill_source.draw(rng) for _ in range(self.drills.batch_size)]
+            phase = "drills"
+        else:
+            demo_epoch, index = divmod(position - self.drills.steps, self.demo_batches_per_epoch())
+            course = batch_number // self.course_length()
+            examples = [self.train_examples[i] for i in self._demo_order(course * self.demo_epochs + demo_epoch)[index]]
+            phase = "demos"
+        batch = pad_batch(examples, self.tokenizer.pad_token_id)
+        batch["phase"] = phase
+        return batch
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
+        """Tensors of a batch dict to ``device``; trajectories and other Python objects stay as they are."""
+        if isinstance(batch, dict):
+            return {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+        return batch
+
+    def train_dataloader(self) -> StepStream:
+        if self.stream is None:
+            if self.course_length() < 1:
+                raise ValueError("the SFT course is empty: set drills.steps or demonstrations and demo_epochs")
+            self.stream = StepStream(self.course_length(), self.train_batch)
+        return self.stream
+
+    # ------------------------------------------------------------------------------------------------ validation
+    def _rollout_batch(self, goals: list[int]) -> dict:
+        """Greedy episodes of the current policy on ``goals``."""
+        model, tokenizer = self.trainer.lightning_module.rollout_policy()
+        engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.max_new_tokens, greedy=True)
+        with self.trainer.precision_plugin.forward_context():
+            return {"trajectories": engine.rollout(self.env.envs(len(goals)), goals, seed=0)}
+
+    def _drill_check_batch(self, kinds: list[str]) -> dict:
+        """Drills (no splicing) of held-out goals, one list per page kind, for the exact-copy check."""
+        rng = random.Random(derive_seed(self.seed, "drill-checks"))
+        return {"drill_checks": {kind: [self.drill_checks.draw(rng, kind=kind, splice=False)
+                                        for _ in range(self.drills.checks_per_kind)] for kind in kinds}}
+
+    def val_dataloader(self) -> list:
+        """Loader 0: held-out demonstrations (loss); 1: greedy episodes on validation goals; 2: drill checks."""
+        demos = [self.val_examples[i:i + self.batch_size] for i in range(0, len(self.val_examples), self.batch_size)]
+        loaders: list = [ChunkStream(demos[self.rank::self.world_size], 1,
+                                     lambda chunk: pad_batch(chunk[0], self.tokenizer.pad_token_id))]
+        goals = self.env.split("val")[: self.eval_goals]
+        loaders.append(ChunkStream(goals[self.rank::self.world_size], self.eval_batch_size, self._rollout_batch))
+        if self.drills.steps and self.drills.checks_per_kind:
+            loaders.append(ChunkStream([list(DRILL_PAGES)], 1, lambda chunk: self._drill_check_batch(chunk[0])))
+        return loaders
+
+
+class _NoModel:
+    """Stands in for the model when the engine only renders demonstrations (it is never called)."""
+
+    training = False
+    generation_config = None
+
+    def eval(self) -> None:
+        pass

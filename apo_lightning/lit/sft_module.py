@@ -1,0 +1,133 @@
+"""The SFT module: supervised fine-tuning of a policy on turn drills and oracle demonstrations (cross-entropy on
+reply tokens only), watched by greedy episodes, and exported as the Hugging Face model directory that serves as
+π_ref.
+
+    python cli.py fit --config configs/sft_tiny.yaml
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from lightning.pytorch import LightningModule
+from torchmetrics import MeanMetric, SumMetric
+from transformers import get_wsd_schedule
+
+from ..apo.logprobs import generated_nll
+from ..models.loading import export_policy, load_policy
+from .rl_module import DType
+
+log = logging.getLogger(__name__)
+
+
+class SFTModule(LightningModule):
+    """Supervised fine-tuning of a policy on the SFT data module's course.
+
+    Learning rate (``transformers.get_wsd_schedule``): linear warm-up over ``warmup_steps``, the peak rate until step
+    ``constant_steps`` (linked from the data module's drill steps: the drills train at the peak rate), then a cosine
+    decay to 0 at the end of training.
+
+    Args:
+        model_name_or_path: the policy to start from (a model directory, hub id or 'smollm2-135m-instruct').
+        export_dir: where the fine-tuned policy is saved as a model directory at the end of ``fit`` (π_ref).
+        learning_rate: AdamW peak learning rate.
+        weight_decay: AdamW weight decay (matrices only).
+        warmup_steps: linear warm-up steps.
+        constant_steps: steps at the peak rate before the cosine decay (linked from ``data.drills.steps``).
+        dtype: policy weights dtype; use the Trainer's precision for mixed precision.
+    """
+
+    def __init__(self, model_name_or_path: str = "data/models/tiny-init", export_dir: str | None = "data/models/tiny-sft",
+                 learning_rate: float = 2e-3, weight_decay: float = 0.01, warmup_steps: int = 20,
+                 constant_steps: int = 0, dtype: DType = "float32"):
+        super().__init__()
+        self.save_hyperparameters()
+        self.policy = None
+        self.tokenizer = None
+        self.val_loss = MeanMetric()
+        self.val_success, self.val_score = MeanMetric(), MeanMetric()
+        self.val_turns, self.val_invalid, self.val_replies = SumMetric(), SumMetric(), SumMetric()
+
+    def configure_model(self) -> None:
+        if self.policy is None:
+            self.policy, self.tokenizer = load_policy(self.hparams.model_name_or_path, dtype=self.hparams.dtype)
+            self.policy.train()
+
+    def rollout_policy(self):
+        """``(policy, tokenizer)``: what the data module plays validation episodes with."""
+        return self.policy, self.tokenizer
+
+    def _loss(self, batch: dict) -> torch.Tensor:
+        return generated_nll(self.policy, batch["input_ids"], batch["attention_mask"], batch["gen_mask"])
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss = self._loss(batch)
+        n = batch["input_ids"].shape[0]
+        self.log("train/loss", loss, prog_bar=True, batch_size=n, sync_dist=True)
+        self.log("train/reply_tokens", batch["gen_mask"].sum(), reduce_fx="sum", batch_size=1, sync_dist=True)
+        # the loss under the phase's own name (train/drills_loss, train/demos_loss), written only at the steps of that
+        # phase (self.log would repeat the last value at every later step)
+        phase_loss = self.trainer.strategy.reduce(loss.detach(), reduce_op="mean")
+        if self.logger is not None and self.trainer.is_global_zero:
+            self.logger.log_metrics({f"train/{batch['phase']}_loss": float(phase_loss)}, step=self.global_step)
+        return loss
+
+    # ------------------------------------------------------------------------------------------------ validation
+    def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        if "trajectories" in batch:
+            for t in batch["trajectories"]:
+                self.val_success.update(float(t.success))
+                self.val_score.update(100.0 * t.score)
+                self.val_turns.update(len(t.turns))
+                self.val_invalid.update(sum(turn.action is None for turn in t.turns))
+        elif "drill_checks" in batch:
+            self._copy_accuracy(batch["drill_checks"])
+        else:
+            self.val_loss.update(self._loss(batch), weight=batch["input_ids"].shape[0])
+
+    @torch.no_grad()
+    def _copy_accuracy(self, checks: dict[str, list[dict]]) -> None:
+        """Exact-copy accuracy of greedy replies on held-out drills, per page kind (``val/copy_<kind>``)."""
+        device = next(self.policy.parameters()).device
+        for kind, drills in checks.items():
+            correct = 0
+            for drill in drills:
+                first = drill["gen_mask"].index(1)
+                prompt = torch.tensor([drill["input_ids"][:first]], device=device)
+                target = drill["input_ids"][first:]
+                out = self.policy.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=len(target),
+                                           do_sample=False, pad_token_id=self.tokenizer.pad_token_id)
+                correct += out[0, first:].tolist() == target
+            self.log(f"val/copy_{kind}", correct / len(drills), add_dataloader_idx=False, sync_dist=True,
+                     batch_size=len(drills))
+
+    def on_validation_epoch_end(self) -> None:
+        # metric objects reduce over every rank's examples and episodes (weighted by count, not averaged per rank)
+        if self.val_loss.update_count:
+            self.log("val/loss", self.val_loss.compute(), prog_bar=True)
+        if self.val_success.update_count:
+            self.log("val/success_rate", self.val_success.compute(), prog_bar=True)
+            self.log("val/score", self.val_score.compute())
+            turns = self.val_turns.compute()
+            self.log("val/invalid_reply_rate", self.val_invalid.compute() / turns.clamp(min=1))
+        for metric in (self.val_loss, self.val_success, self.val_score, self.val_turns, self.val_invalid):
+            metric.reset()
+
+    # ------------------------------------------------------------------------------------------------ optimizer
+    def configure_optimizers(self):
+        decay = [p for n, p in self.policy.named_parameters() if p.ndim >= 2]
+        no_decay = [p for n, p in self.policy.named_parameters() if p.ndim < 2]
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": self.hparams.weight_decay},
+                                       {"params": no_decay, "weight_decay": 0.0}], lr=self.hparams.learning_rate)
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = min(self.hparams.warmup_steps, total // 2)
+        stable = max(0, min(self.hparams.constant_steps, total - 1) - warmup)
+        scheduler = get_wsd_schedule(optimizer, num_warmup_steps=warmup, num_stable_steps=stable,
+                                     num_decay_steps=total - warmup - stable, decay_type="cosine")
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_fit_end(self) -> None:
+        if self.hparams.export_dir and self.trainer.is_global_zero:
+            path = export_policy(self.policy, self.tokenizer, self.hparams.export_dir)
+            log.info("exported the fine-tuned policy to %s", path)

@@ -1,0 +1,4 @@
+"""Layer 0: standard-library helpers every layer may use (atomic writes, hashes and cache keys, seeds).
+
+Nothing here knows about WebShop, models or training; it imports nothing else of the package.
+"""

@@ -1,0 +1,70 @@
+"""Log-probabilities at generated tokens from a model (the training path) against the full-logits reference, and
+packing them one row per trajectory."""
+
+import pytest
+import torch
+
+from apo_lightning.apo.logprobs import generated_logprobs, generated_nll, pack_generated, sft_loss, token_logprobs
+
+
+def test_pack_generated_gathers_each_trajectorys_tokens_across_segments():
+    values = torch.arange(12, dtype=torch.float32).reshape(3, 4)  # 3 segments x 4 positions
+    gen_mask = torch.tensor([[0, 1, 1, 0], [0, 0, 1, 1], [1, 0, 0, 0]], dtype=torch.float32)
+    traj_index = torch.tensor([0, 1, 0])  # segments 0 and 2 belong to trajectory 0
+    packed, mask = pack_generated(values, gen_mask, traj_index, 2)
+    assert packed.tolist() == [[1.0, 2.0, 8.0], [6.0, 7.0, 0.0]]
+    assert mask.tolist() == [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]
+
+
+def _tiny_qwen_and_segments():
+    """A small random Qwen2 and a right-padded (4, 12) batch of segments of lengths 12, 9, 5, 7; the last has no
+    generated token."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2))
+    input_ids = torch.randint(1, 50, (4, 12))
+    attention_mask = torch.ones(4, 12, dtype=torch.long)
+    attention_mask[1, 9:] = 0
+    attention_mask[2, 5:] = 0
+    attention_mask[3, 7:] = 0
+    gen_mask = torch.zeros(4, 12)
+    gen_mask[0, 3:7] = gen_mask[0, 10:] = 1
+    gen_mask[1, 6:9] = 1
+    gen_mask[2, 2:5] = 1
+    return model, input_ids, attention_mask, gen_mask
+
+
+def test_generated_logprobs_match_the_full_logits_path():
+    """Head + log-softmax at generated positions only (no mask on a right-padded batch) = the full-logits
+    log-probs on every generated token, 0 elsewhere, with gradients (each segment runs cut to its length)."""
+
+    model, input_ids, attention_mask, gen_mask = _tiny_qwen_and_segments()
+    full = token_logprobs(model(input_ids=input_ids, attention_mask=attention_mask).logits, input_ids) * gen_mask
+    fast = generated_logprobs(model, input_ids, attention_mask, gen_mask)
+    assert torch.allclose(fast, full, atol=1e-5)
+    padded = generated_logprobs(model, input_ids, attention_mask, gen_mask, per_segment=False)
+    assert torch.allclose(padded, full, atol=1e-5)
+    assert (fast[gen_mask == 0] == 0).all()
+    fast.sum().backward()
+    assert model.model.embed_tokens.weight.grad is not None
+
+
+def test_generated_nll_is_the_sft_loss_with_its_gradients():
+    """The SFT loss through generated_logprobs = apo.losses.sft_loss on the full logits, value and gradient; a batch
+    with no generated target token is refused as sft_loss refuses it."""
+    model, input_ids, attention_mask, gen_mask = _tiny_qwen_and_segments()
+    full = sft_loss(model(input_ids=input_ids, attention_mask=attention_mask).logits, input_ids, gen_mask)
+    full.backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    fast = generated_nll(model, input_ids, attention_mask, gen_mask)
+    fast.backward()
+    assert fast.dtype == torch.float32 and fast.item() == pytest.approx(full.item(), abs=1e-5)
+    for name, p in model.named_parameters():
+        assert torch.allclose(p.grad, expected[name], atol=1e-5), name
+    only_first = torch.zeros_like(gen_mask)
+    only_first[:, 0] = 1  # token 0 has no prediction: nothing to learn
+    with pytest.raises(ValueError, match="no generated target token"):
+        generated_nll(model, input_ids, attention_mask, only_first)
