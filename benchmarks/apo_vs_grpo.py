@@ -53,10 +53,9 @@ def worker(args: argparse.Namespace) -> None:
         f"--data.vstar.num_samples={args.vstar_samples}", f"--num_threads={args.threads}",
         f"--trainer.accelerator={args.accelerator}",
     ]
-    from cli import APOLightningCLI
+    from apo_lightning.lit.cli import build_cli
 
-    cli = APOLightningCLI(subclass_mode_model=True, subclass_mode_data=True, run=False, save_config_callback=None,
-                          args=["--config", str(REPO / "configs" / "webshop_1k.yaml"), *overrides])
+    cli = build_cli(["--config", str(REPO / "configs" / "webshop_1k.yaml"), *overrides], run=False)
     cli.trainer.callbacks.append(timer)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     if torch.cuda.is_available() and args.accelerator != "cpu":

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from apo_lightning.agent.scripted import make_policy, run_episode
+from apo_lightning.baselines.scripted import make_policy, play_episode
 from apo_lightning.webshop import WebShop, WebShopEnv
 
 TARGET_STEPS_PER_S = 2000.0
@@ -26,7 +26,7 @@ def steps_per_second(shop: WebShop, policy_name: str, goal_indices: list[int], m
     env = WebShopEnv(shop, observation_mode=mode, max_steps=15)
     policy = make_policy(policy_name, seed=0)
     start = time.perf_counter()
-    steps = sum(run_episode(env, policy, i).steps for i in goal_indices)
+    steps = sum(len(play_episode(env, policy, i).turns) for i in goal_indices)
     return steps / (time.perf_counter() - start), steps
 
 

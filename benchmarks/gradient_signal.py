@@ -8,7 +8,7 @@ The policy (taken as π_ref too, i.e. θ = π_ref, the first step of stage 2) pl
 randomly drawn training goals once, sampling at temperature 1.0. V* comes from the stage-1 cache (``--vstar``, a
 ``data/vstar/*.json`` file made by ``cli.py fit``; default: the largest there), and so do the prompt and reward
 settings (``ChatFormat``, e.g. ``reward: success``), so that r and V* are measured alike. For each batch it
-computes the A*-PO loss (Brantley et al. 2025, stage 2; ``apo_lightning.apo.losses.apo_loss``) and its gradient
+computes the A*-PO loss (Brantley et al. 2025, stage 2; ``apo_lightning.apo.objectives.apo.apo_loss``) and its gradient
 over all parameters. Then it prints, for every pair of batches, the cosine between their gradients and the share
 of coordinates where they agree in sign (AdamW steps by sign, roughly). Cosines near 0 and sign agreement near
 50 % mean one step is mostly noise. The last line is one JSON object with every number.
@@ -32,14 +32,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download
 
 import torch
 
-from apo_lightning.agent.chat import ChatFormat
-from apo_lightning.agent.evaluate import rollout_goals
-from apo_lightning.agent.policy import load_policy
-from apo_lightning.agent.rollout import RolloutEngine, collate_trajectories
-from apo_lightning.apo.losses import apo_loss
+from apo_lightning.rollout.chat import ChatFormat
+from apo_lightning.rollout.engine import rollout_goals
+from apo_lightning.models.loading import load_policy
+from apo_lightning.rollout.collate import collate_trajectories
+from apo_lightning.rollout.engine import RolloutEngine
+from apo_lightning.apo.objectives.apo import apo_loss
 from apo_lightning.apo.vstar import VStarCache, VStarTable
-from apo_lightning.agent.logprobs import generated_logprobs
-from apo_lightning.lit.rl_module import pack_generated
+from apo_lightning.apo.logprobs import generated_logprobs
+from apo_lightning.apo.logprobs import pack_generated
 from apo_lightning.webshop import WebShop
 
 

@@ -27,11 +27,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download
 
 import torch
 
-from apo_lightning.agent.chat import ChatFormat
-from apo_lightning.agent.evaluate import rollout_goals
-from apo_lightning.agent.policy import load_policy
-from apo_lightning.agent.rollout import RolloutEngine, collate_trajectories
-from apo_lightning.agent.logprobs import generated_logprobs
+from apo_lightning.rollout.chat import ChatFormat
+from apo_lightning.rollout.engine import rollout_goals
+from apo_lightning.models.loading import load_policy
+from apo_lightning.rollout.collate import collate_trajectories
+from apo_lightning.rollout.engine import RolloutEngine
+from apo_lightning.apo.logprobs import generated_logprobs
 from apo_lightning.webshop import WebShop
 
 

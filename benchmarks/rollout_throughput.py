@@ -3,7 +3,7 @@
     python benchmarks/rollout_throughput.py                  # tiny default policy, then SmolLM2-135M-Instruct
     python benchmarks/rollout_throughput.py --skip-smollm2 --threads 2
 
-The tiny default policy (``TinyPolicySpec(copy_steps=0)``: 4 layers, width 192, 4k BPE vocabulary) is built
+The tiny default policy (``TinyPolicySpec()``: 4 layers, width 192, 4k BPE vocabulary) is built
 untrained into ``--tiny-dir`` (a temporary folder unless given) and plays the same ``--goals`` goals twice,
 sampling at temperature 1.0: one episode at a time (batch 1, the baseline measured in the same run) and all of
 them in one lockstep batch. SmolLM2-135M-Instruct (``load_policy("smollm2-135m-instruct")``) does the same on a
@@ -28,10 +28,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download
 
 import torch
 
-from apo_lightning.agent.chat import ChatFormat
-from apo_lightning.agent.policy import load_policy
-from apo_lightning.agent.rollout import RolloutEngine, derive_seed
-from apo_lightning.agent.tiny import TinyPolicySpec, ensure_tiny_policy
+from apo_lightning.rollout.chat import ChatFormat
+from apo_lightning.models.loading import load_policy
+from apo_lightning.baselines.corpus import ensure_tiny_policy
+from apo_lightning.models.tiny import TinyPolicySpec
+from apo_lightning.rollout.engine import RolloutEngine
+from apo_lightning.utils.seeds import derive_seed
 from apo_lightning.webshop import WebShop, WebShopEnv
 
 TARGET_SPEEDUP = 8.0
@@ -122,7 +124,7 @@ def main() -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        tiny_dir = ensure_tiny_policy(args.tiny_dir or os.path.join(tmp, "tiny"), TinyPolicySpec(copy_steps=0),
+        tiny_dir = ensure_tiny_policy(args.tiny_dir or os.path.join(tmp, "tiny"), TinyPolicySpec(),
                                       shop, chat, list(shop.split("train")))
         model, tokenizer = load_policy(str(tiny_dir))
         print(f"tiny policy: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters, vocabulary "

@@ -3,7 +3,7 @@
     python benchmarks/sft_step.py --data-dir ../shared/webshop_data
     python benchmarks/sft_step.py --data-dir ../shared/webshop_data --threads 2 --batches 5
 
-The turn drills (``agent/copy_pretrain.py``) and the SFT module (``lit/sft.py``) learn only the reply tokens, a few
+The turn drills (``baselines/drills.py``) and the SFT module (``lit/sft_module.py``) learn only the reply tokens, a few
 percent of each sequence. Each batch below is timed (forward + backward, wall seconds) both ways on the same model:
 
 - baseline, ``apo.losses.sft_loss`` on ``model(input_ids, attention_mask).logits``: the output head and the
@@ -33,14 +33,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download
 import torch
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from apo_lightning.agent.chat import ChatFormat
-from apo_lightning.agent.copy_pretrain import TurnDrills
-from apo_lightning.agent.demonstrations import oracle_demonstrations
-from apo_lightning.agent.logprobs import generated_nll
-from apo_lightning.agent.policy import load_policy
-from apo_lightning.agent.rollout import RolloutEngine, pad_batch
-from apo_lightning.agent.tiny import TinyPolicySpec, ensure_tiny_policy
-from apo_lightning.apo.losses import sft_loss
+from apo_lightning.rollout.chat import ChatFormat
+from apo_lightning.baselines.drills import TurnDrills
+from apo_lightning.baselines.demonstrations import oracle_demonstrations
+from apo_lightning.apo.logprobs import generated_nll
+from apo_lightning.models.loading import load_policy
+from apo_lightning.baselines.corpus import ensure_tiny_policy
+from apo_lightning.models.tiny import TinyPolicySpec
+from apo_lightning.rollout.collate import pad_batch
+from apo_lightning.rollout.engine import RolloutEngine
+from apo_lightning.apo.logprobs import sft_loss
 from apo_lightning.webshop import WebShop, WebShopEnv
 
 
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     real = WebShop.load(args.data_dir)
     train_goals = list(real.split("train"))
     with tempfile.TemporaryDirectory() as tmp:
-        path = args.model or ensure_tiny_policy(os.path.join(tmp, "tiny"), TinyPolicySpec(copy_steps=0), real,
+        path = args.model or ensure_tiny_policy(os.path.join(tmp, "tiny"), TinyPolicySpec(), real,
                                                 chat, train_goals)
         model, tokenizer = load_policy(str(path))
     model.train()
