@@ -1,0 +1,1 @@
+"""Evaluation: metrics, reports (CSV, JSONL, failure taxonomy, HTML), paired comparison and the evaluation CLI."""
