@@ -82,11 +82,34 @@ def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> t
     return max(0.0, center - half), min(1.0, center + half)
 
 
-def t_quantile(p: float, df: int) -> float:
-    """Quantile ``p`` (0.5 < p < 1) of Student's t with ``df`` degrees of freedom.
+def t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for Student's t with integer ``df`` >= 1 degrees of freedom, exact up to float rounding.
 
-    Exact for df = 1 and 2; for df >= 3, Fisher's expansion in 1/df (Abramowitz & Stegun 26.7.5, four terms),
-    within 0.13 % of the exact 0.975 quantile at df = 3 and within 0.03 % from df = 4 on.
+    Abramowitz & Stegun 26.7.3 (odd df) and 26.7.4 (even df): with θ = atan(t / √df), A = P(|T| <= |t|) is a
+    finite series in cos θ.
+    """
+    theta = math.atan(abs(t) / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2:  # odd: (2/π) [θ + sin θ cos θ (1 + 2/3 cos²θ + 2·4/(3·5) cos⁴θ + ...)], df - 1 terms in all
+        term, series = 1.0, 1.0 if df > 1 else 0.0
+        for k in range(3, df - 1, 2):
+            term *= (k - 1) / k * c2
+            series += term
+        a = 2 / math.pi * (theta + s * math.cos(theta) * series)
+    else:  # even: sin θ (1 + 1/2 cos²θ + 1·3/(2·4) cos⁴θ + ...)
+        term, series = 1.0, 1.0
+        for k in range(2, df - 1, 2):
+            term *= (k - 1) / k * c2
+            series += term
+        a = s * series
+    return 0.5 + math.copysign(a / 2, t)
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Quantile ``p`` (0.5 < p < 1) of Student's t with integer ``df`` degrees of freedom.
+
+    Fisher's expansion in 1/df (Abramowitz & Stegun 26.7.5) as the start, then Newton steps on :func:`t_cdf`:
+    agrees with ``scipy.stats.t.ppf`` to about 1e-10.
 
     Raises:
         ValueError: ``df`` < 1 or ``p`` outside (0.5, 1).
@@ -95,14 +118,14 @@ def t_quantile(p: float, df: int) -> float:
         raise ValueError(f"need df >= 1 and 0.5 < p < 1, got df={df}, p={p}")
     if df == 1:
         return math.tan(math.pi * (p - 0.5))
-    if df == 2:
-        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
     z = NormalDist().inv_cdf(p)
-    g1 = (z ** 3 + z) / 4
-    g2 = (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96
-    g3 = (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384
-    g4 = (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160
-    return z + g1 / df + g2 / df ** 2 + g3 / df ** 3 + g4 / df ** 4
+    t = (z + (z ** 3 + z) / 4 / df + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96 / df ** 2
+         + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384 / df ** 3)
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    for _ in range(4):
+        density = math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
+        t -= (t_cdf(t, df) - p) / density
+    return t
 
 
 def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
