@@ -99,7 +99,11 @@ class WebShop:
 
         Args:
             data_dir: folder with the raw WebShop files (see ``catalog.DataFiles``); None = the embedded default,
-                the synthetic catalog under ``data/synthetic/seed0`` (generated on first use).
+                the synthetic catalog under ``data/synthetic/seed0`` (generated on first use). Without
+                ``search_doc_tokens.jsonl`` or a title-noun table there, the package's tables for the real 1k set
+                are used for every product whose text matches (``catalog.PACKAGED_DOC_TOKENS``,
+                ``PACKAGED_TITLE_NOUNS``); products whose text differs are logged in one warning per table and
+                fall back to ``search.analyze`` / alphabetic nouns (see ``token_source`` and ``noun_source``).
             goals: "synthetic" (one goal per option combination of instructed products; RAGEN / verl-agent) or
                 "human" (the human instruction records; the paper's setting).
             seed: seeds range prices and price ceilings, and shuffles the goals. 233 reproduces the original
