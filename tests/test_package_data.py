@@ -49,51 +49,48 @@ def raw_dir(tmp_path_factory, real_data_dir):
 
 
 @pytest.fixture(scope="module")
-def synthetic_shop(raw_dir):
-    return WebShop.load(raw_dir, goals="synthetic", seed=233)
-
-
-@pytest.fixture(scope="module")
-def human_shop(raw_dir):
-    return WebShop.load(raw_dir, goals="human", seed=233)
+def shops(raw_dir):
+    """The raw folder loaded with synthetic and with human goals (seed 233), as the golden checks expect."""
+    return {goals: WebShop.load(raw_dir, goals=goals, seed=233) for goals in ("synthetic", "human")}
 
 
 # ------------------------------------------------------------------------------------------------ exactness
-def test_raw_folder_uses_the_package_data(raw_dir, synthetic_shop):
+def test_raw_folder_uses_the_package_data(raw_dir, shops):
     files = DataFiles.find(raw_dir)
     assert files.doc_tokens is None and files.title_nouns is None
+    synthetic_shop = shops["synthetic"]
     assert synthetic_shop.token_source.startswith("package data Lucene tokens for 1000 of 1000 products")
     assert synthetic_shop.noun_source.startswith("package data spaCy title nouns for 1000 of 1000 products")
 
 
-def test_golden_goals_and_prices(synthetic_shop, human_shop, golden_dir):
-    golden.test_all_synthetic_goals_in_seed_233_order(synthetic_shop, golden_dir)
-    golden.test_all_human_goals_in_seed_233_order(human_shop, golden_dir)
-    golden.test_all_prices(synthetic_shop, human_shop, golden_dir)
+def test_golden_goals_and_prices(shops, golden_dir):
+    golden.test_all_synthetic_goals_in_seed_233_order(shops["synthetic"], golden_dir)
+    golden.test_all_human_goals_in_seed_233_order(shops["human"], golden_dir)
+    golden.test_all_prices(shops["synthetic"], shops["human"], golden_dir)
 
 
-def test_golden_top50_search_rankings(synthetic_shop, golden_dir):
-    golden.test_all_top50_search_rankings(synthetic_shop, golden_dir)
+def test_golden_top50_search_rankings(shops, golden_dir):
+    golden.test_all_top50_search_rankings(shops["synthetic"], golden_dir)
 
 
-def test_golden_reward_cases(synthetic_shop, human_shop, golden_dir):
-    golden.test_all_reward_cases(synthetic_shop, human_shop, golden_dir)
+def test_golden_reward_cases(shops, golden_dir):
+    golden.test_all_reward_cases(shops["synthetic"], shops["human"], golden_dir)
 
 
 @pytest.mark.parametrize("goals", ["synthetic", "human"])
-def test_golden_episodes(goals, synthetic_shop, human_shop, golden_dir):
-    golden.test_every_step_of_the_golden_episodes(goals, "text", synthetic_shop, human_shop, golden_dir)
+def test_golden_episodes(goals, shops, golden_dir):
+    golden.test_every_step_of_the_golden_episodes(goals, "text", shops["synthetic"], shops["human"], golden_dir)
 
 
 # ------------------------------------------------------------------------------------------------ the tables
-def test_package_tables_hold_the_shared_tokens_and_nouns(real_data_dir, human_shop):
+def test_package_tables_hold_the_shared_tokens_and_nouns(real_data_dir, shops):
     tokens_meta, tokens = load_packaged_table(PACKAGED_DOC_TOKENS)
     nouns_meta, nouns = load_packaged_table(PACKAGED_TITLE_NOUNS)
     shared_tokens = load_doc_tokens(real_data_dir / "search_doc_tokens.jsonl")
     shared_nouns = json.loads((real_data_dir / "title_nouns_en_core_web_sm.json").read_text())
     assert {a: t for a, (_, t) in tokens.items()} == shared_tokens
     assert {a: n for a, (_, n) in nouns.items()} == {a: n for a, n in shared_nouns.items() if a != "_meta"}
-    for product in human_shop.products:  # keyed by the hash of the text each was computed from
+    for product in shops["human"].products:  # keyed by the hash of the text each was computed from
         assert tokens[product["asin"]][0] == text_hash(search_document(product))
         assert nouns[product["asin"]][0] == text_hash(product["name"])
     assert tokens_meta["source"]["sha256"] == "47efaa45b4a9e71142507026e751df546cfccc591f89ca84d0e409c949302fbc"
