@@ -145,7 +145,7 @@ def test_fit_then_test_writes_checkpoint_and_results(workdir):
     assert {"train/loss", "train/kl", "train/advantage_mean", "rollout/success_rate", "rollout/avg_turns",
             "rollout/invalid_reply_rate", "val/success_rate", "val/score"} <= tags
     main(["test", "--config", SMOKE, *QUIET, "--ckpt_path", "last"])
-    for name in ("summary.csv", "episodes.jsonl", "failure_analysis.md"):
+    for name in ("summary.csv", "episodes.jsonl", "failure_analysis.md", "report.html"):
         assert (workdir / "results/smoke" / name).exists()
     # a checkpoint file (not last/best): the command line, not the checkpoint's hyperparameters, sets the model
     main(["test", "--config", SMOKE, *QUIET, "--ckpt_path", str(workdir / "checkpoints/smoke/last.ckpt"),

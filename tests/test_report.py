@@ -290,7 +290,8 @@ def test_two_methods_share_a_results_dir(shop, one_per_class, tmp_path):
 def test_files_are_written_through_a_temporary_file_and_os_replace(shop, one_per_class, tmp_path, monkeypatch):
     trajectories = list(one_per_class.values())
     write_results(tmp_path, trajectories, shop, "rule", "test")
-    before = {name: (tmp_path / name).read_text() for name in ("summary.csv", "episodes.jsonl", "failure_analysis.md")}
+    before = {name: (tmp_path / name).read_text()
+              for name in ("summary.csv", "episodes.jsonl", "failure_analysis.md", "report.html")}
 
     replaced = []
     real_replace = os.replace
@@ -301,10 +302,12 @@ def test_files_are_written_through_a_temporary_file_and_os_replace(shop, one_per
 
     monkeypatch.setattr(files.os, "replace", spy)
     write_results(tmp_path, trajectories, shop, "oracle", "test")
-    assert sorted(dst.name for _, dst in replaced) == ["episodes.jsonl", "failure_analysis.md", "summary.csv"]
+    assert sorted(dst.name for _, dst in replaced) == ["episodes.jsonl", "failure_analysis.md", "report.html",
+                                                       "summary.csv"]
     for src, dst in replaced:
         assert src.parent == dst.parent == tmp_path and src.name.startswith(f".{dst.name}.")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["episodes.jsonl", "failure_analysis.md", "summary.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["episodes.jsonl", "failure_analysis.md", "report.html",
+                                                          "summary.csv"]
     assert (tmp_path / "summary.csv").stat().st_mode & 0o777 == 0o644
 
     # a failure half-way through leaves the previous files whole and no temporary files behind
@@ -322,7 +325,8 @@ def test_files_are_written_through_a_temporary_file_and_os_replace(shop, one_per
     with pytest.raises(RuntimeError, match="disk full"):
         write_results(tmp_path, trajectories, shop, "random", "test")
     assert {name: (tmp_path / name).read_text() for name in state} == state
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["episodes.jsonl", "failure_analysis.md", "summary.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["episodes.jsonl", "failure_analysis.md", "report.html",
+                                                          "summary.csv"]
 
 
 def test_write_results_rejects_bad_input(shop, one_per_class, tmp_path):

@@ -14,6 +14,8 @@
 * ``failure_analysis.md``: per (method, split) in the file, a ``| class | count | share |`` table over the failed
   episodes and a paragraph per class with the first example (rendered from ``episodes.jsonl``, so it covers
   every method in the directory).
+* ``report.html``: the same as one static page to look at (``eval.html_report``): headline figures with their
+  intervals, success by category, the failure taxonomy with examples, every episode turn by turn.
 
 Every file is written to a temporary file in ``out_dir`` and moved over the old one with ``os.replace``, so a
 crash leaves either the old or the new version, never half a file.
@@ -68,7 +70,7 @@ SEARCH_LOOP_MIN_SEARCHES = 3
 _CATEGORY_PREFIXES = ("success_rate/", "episodes/")
 _MAX_ACTION_CHARS = 160
 
-_CLASS_TEXT = {
+CLASS_TEXT = {
     "format_errors": "At least half of the replies had no parseable `<answer>search[...]</answer>` or "
                      "`click[...]` action, or the env never executed one: the policy does not follow the reply "
                      "format. More SFT on demonstrations, or a larger format penalty, addresses these.",
@@ -289,7 +291,7 @@ def episode_record(trajectory: Trajectory, shop: WebShop, method: str, split: st
     }
 
 
-def _read_jsonl(path: Path) -> Iterator[dict]:
+def read_jsonl(path: Path) -> Iterator[dict]:
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -342,7 +344,7 @@ class _Section:
             lines.append(f"| {cls} | {self.counts[cls]} | {share:.1f} % |")
         lines += ["", "Shares are of the failed episodes.", ""]
         for cls in classes:
-            lines += [f"### {cls} ({self.counts[cls]})", "", _CLASS_TEXT.get(cls, "An unrecognised class."), ""]
+            lines += [f"### {cls} ({self.counts[cls]})", "", CLASS_TEXT.get(cls, "An unrecognised class."), ""]
             example = self.examples.get(cls)
             if example is None:
                 lines += ["No episodes.", ""]
@@ -420,7 +422,7 @@ def write_results(out_dir: str | Path, trajectories: Sequence[Trajectory], shop:
     episodes_path = out / EPISODES_FILE
     with atomic_write(episodes_path) as f:
         if episodes_path.exists():
-            for record in _read_jsonl(episodes_path):
+            for record in read_jsonl(episodes_path):
                 if (record.get("method"), record.get("split")) == (method, split):
                     continue
                 add(record)
@@ -436,4 +438,7 @@ def write_results(out_dir: str | Path, trajectories: Sequence[Trajectory], shop:
         f.write("\n".join(section.markdown() for section in sections.values()))
 
     _write_summary(out / SUMMARY_FILE, row)
+    from .html_report import write_html_report  # the page reads the files written above
+
+    write_html_report(out)
     return row

@@ -1,16 +1,24 @@
-"""Command line: ``python -m apo_lightning.webshop play``, the environment by hand.
+"""Command line: ``python -m apo_lightning.webshop download|play``: the WebShop data, and the environment by hand.
 
+    python -m apo_lightning.webshop download                      # the WebShop 1k files into data/webshop_1k
     python -m apo_lightning.webshop play --data-dir ../shared/webshop_data --goal-index 3
 
-Without ``--data-dir`` it uses the synthetic catalog (generated under data/synthetic/seed0 on first use). Policies
-(scripted or models) are evaluated with ``python -m apo_lightning.eval evaluate``.
+``download`` fetches items_shuffle_1000.json, items_ins_v2_1000.json and items_human_ins.json from public mirrors
+(add your own with ``--url``), verifies each file's size and hashes and installs it atomically; run it again to
+resume or to check. ``play`` without ``--data-dir`` uses the synthetic catalog (generated under
+data/synthetic/seed0 on first use). Policies (scripted or models) are evaluated with
+``python -m apo_lightning.eval evaluate``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import sys
 
+from . import download as dl
+from .datadir import DEFAULT_DATA_DIR
 from .env import WebShopEnv
 from .shop import WebShop
 
@@ -48,6 +56,24 @@ def play(args: argparse.Namespace) -> None:
             break
 
 
+def download_command(args: argparse.Namespace) -> list[dl.Outcome]:
+    """Fetch, verify and install the data files; exit with status 1 and a plain message when that fails."""
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
+    try:
+        manifest = dl.load_manifest(args.manifest) if args.manifest else dl.MANIFEST
+        files = [name for name in manifest if not (args.no_human and name == dl.HUMAN_FILE)]
+        outcomes = dl.download(args.dest, files=files, urls=args.url, use_default_mirrors=not args.no_default_mirrors,
+                               manifest=manifest, force=args.force, timeout=args.timeout, progress=not args.quiet)
+    except (dl.DownloadError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
+    for outcome in outcomes:
+        where = f" from {outcome.source}" if outcome.source else ""
+        print(f"{outcome.name}: {outcome.action}{where} -> {outcome.path} (verified)")
+    print(f"Use it with --data-dir {args.dest} (or APO_WEBSHOP_DATA={args.dest}).")
+    return outcomes
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m apo_lightning.webshop", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,8 +81,25 @@ def main(argv: list[str] | None = None) -> None:
     p_play = sub.add_parser("play", help="type actions and see observations and rewards")
     _common(p_play)
     p_play.add_argument("--goal-index", type=int, default=0)
+    p_download = sub.add_parser("download", help="fetch and verify the WebShop 1k data files")
+    p_download.add_argument("--dest", default=str(DEFAULT_DATA_DIR),
+                            help=f"data directory to install the files into (default {DEFAULT_DATA_DIR})")
+    p_download.add_argument("--url", action="append", default=[], metavar="MIRROR",
+                            help="a base URL under which the file names are looked up (or a local folder, or a "
+                                 ".tar.gz archive URL), tried before the default mirrors; repeatable")
+    p_download.add_argument("--no-default-mirrors", action="store_true",
+                            help="try only the --url mirrors")
+    p_download.add_argument("--no-human", action="store_true",
+                            help=f"leave out {dl.HUMAN_FILE} (5 MB; only --goals human reads it)")
+    p_download.add_argument("--manifest", default=None,
+                            help='JSON {name: {"size": bytes, "sha256": hex, "git_blob": hex}} to verify against '
+                                 "instead of the built-in table (for other file sets and tests)")
+    p_download.add_argument("--force", action="store_true",
+                            help="replace a file in --dest whose size or hash is wrong")
+    p_download.add_argument("--timeout", type=float, default=60.0, help="seconds a connection may stay silent")
+    p_download.add_argument("--quiet", action="store_true", help="no progress bars or per-URL messages")
     args = parser.parse_args(argv)
-    play(args)
+    {"play": play, "download": download_command}[args.command](args)
 
 
 if __name__ == "__main__":

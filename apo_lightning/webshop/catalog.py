@@ -8,13 +8,17 @@ keys and values as the original's (``Title``, ``Description``, ``BulletPoints``,
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import random
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 #: Candidate file names, first found wins. The real 1k set ships the first name upstream; the shared copy of it
 #: is the ``.reconstructed`` file (see the data folder's SOURCE.md); the synthetic catalog writes the first.
@@ -24,6 +28,12 @@ HUMAN_INSTRUCTION_FILES = ("items_human_ins.json", "items_human_ins.subset_1000.
 #: Optional: Lucene analyzer tokens of every search document (exact BM25 rankings) and the spaCy noun table.
 DOC_TOKEN_FILES = ("search_doc_tokens.jsonl",)
 TITLE_NOUN_FILES = ("title_nouns_en_core_web_sm.json", "title_nouns.json")
+#: The same two tables for the real 1k set, shipped in the package (``apo_lightning/webshop/data``, built by
+#: ``scripts/build_package_data.py``) and used for each product whose text hash matches when a data directory
+#: lacks the files above. Lines ``{"id": asin, "text_hash": ..., "tokens" | "nouns": [...]}`` after a ``_meta`` line.
+PACKAGED_DOC_TOKENS = "search_doc_tokens.jsonl.gz"
+PACKAGED_TITLE_NOUNS = "title_nouns_en_core_web_sm.jsonl.gz"
+TEXT_HASH_HEX_DIGITS = 16
 
 #: Keys ``clean_product_keys`` deletes from every raw product (engine.py).
 DROPPED_KEYS = (
@@ -36,9 +46,9 @@ REQUIRED_PRODUCT_KEYS = (
     "customization_options", "category", "query",
 )
 HOW_TO_GET_DATA = (
-    "Point --data-dir (or APO_WEBSHOP_DATA) at a folder with the WebShop 1k files (the original setup.sh "
-    "downloads them; this project's CI reads ../shared/webshop_data), or omit --data-dir to use the generated "
-    "synthetic catalog."
+    "Run `python -m apo_lightning.webshop download` (it fetches and verifies the WebShop 1k files into "
+    "data/webshop_1k) and point --data-dir (or APO_WEBSHOP_DATA) at that folder, or omit --data-dir to use the "
+    "generated synthetic catalog."
 )
 
 
@@ -266,3 +276,67 @@ def search_document(product: dict) -> str:
     option_text = ", and ".join(f"{name}: {', '.join(values)}" for name, values in product["options"].items())
     bullet = product["BulletPoints"][0] if product["BulletPoints"] else ""
     return f"{product['Title']} {product['Description']} {bullet} {option_text}".lower()
+
+
+# ------------------------------------------------------------------------------------------------ package data
+def text_hash(text: str) -> str:
+    """The first 16 hex digits of the SHA-256 of ``text``'s UTF-8 bytes.
+
+    A packaged token or noun list carries the hash of the text it was computed from (the search document for
+    tokens, the product name for nouns), so a product whose text differs from the 1k set's is detected.
+    """
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:TEXT_HASH_HEX_DIGITS]
+
+
+@lru_cache(maxsize=None)
+def load_packaged_table(file_name: str) -> tuple[dict, dict[str, tuple[str, list[str]]]]:
+    """Read a packaged table from ``apo_lightning/webshop/data``: ``(meta, {asin: (text_hash, values)})``.
+
+    The values are the record's ``tokens`` or ``nouns``. Cached: the tables are read once per process (treat the
+    result as read-only).
+
+    Raises:
+        WebShopDataError: the file is missing from the installed package or malformed (reinstall the package).
+    """
+    path = resources.files(__package__).joinpath("data", file_name)
+    meta: dict = {}
+    table: dict[str, tuple[str, list[str]]] = {}
+    try:
+        with path.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                record = json.loads(line)
+                if "_meta" in record:
+                    meta = record["_meta"]
+                    continue
+                values = record["tokens"] if "tokens" in record else record["nouns"]
+                table[record["id"]] = (record["text_hash"], list(values))
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise WebShopDataError(f"package data {path} is missing or malformed ({e}); reinstall apo_lightning "
+                               "(pip install -e .) or rebuild it with scripts/build_package_data.py") from e
+    return meta, table
+
+
+def match_packaged(table: Mapping[str, tuple[str, list[str]]], texts: Mapping[str, str]
+                   ) -> tuple[dict[str, list[str]], list[str]]:
+    """Split products by whether a packaged entry applies to them.
+
+    Args:
+        table: ``{asin: (text_hash, values)}`` from :func:`load_packaged_table`.
+        texts: ``{asin: text}``, the text the values are computed from (``search_document(product)`` for tokens,
+            ``product["name"]`` for nouns).
+
+    Returns:
+        ``(matched, differing)``: ``{asin: values}`` for the products whose text hash equals the packaged one, and
+        the ASINs (in ``texts`` order) that the table has but whose text differs. Products the table does not
+        have are in neither.
+    """
+    matched, differing = {}, []
+    for asin, text in texts.items():
+        entry = table.get(asin)
+        if entry is None:
+            continue
+        if entry[0] == text_hash(text):
+            matched[asin] = entry[1]
+        else:
+            differing.append(asin)
+    return matched, differing

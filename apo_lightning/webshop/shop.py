@@ -14,17 +14,21 @@ from pathlib import Path
 from typing import Mapping
 
 from .catalog import (
+    PACKAGED_DOC_TOKENS,
+    PACKAGED_TITLE_NOUNS,
     DataFiles,
     WebShopDataError,
     generate_product_prices,
     load_doc_tokens,
+    load_packaged_table,
     load_products,
+    match_packaged,
     read_json,
     search_document,
 )
 from .goals import human_goals, split_range, synthetic_goals
 from .reward import alphabetic_nouns, get_reward
-from .search import SearchEngine
+from .search import SearchEngine, analyze
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +48,9 @@ class WebShop:
         goals: the goal dicts in seed order (index i is goal i; splits are index ranges).
         data_dir: the folder the files were read from.
         goal_kind: "synthetic" or "human".
-        noun_source: where title nouns come from ("spacy table: <file>" or the documented fallback).
+        noun_source: where title nouns come from ("spacy table: <file>", the package data, or the fallback).
+        token_source: where the search documents' tokens come from (the data directory's Lucene token file, the
+            package data, or the project's analyzer).
     """
 
     def __init__(
@@ -59,6 +65,7 @@ class WebShop:
         seed: int,
         noun_source: str,
         special_queries: bool = False,
+        token_source: str = "",
     ):
         self.products = products
         self.product_by_asin = {p["asin"]: p for p in products}
@@ -69,6 +76,7 @@ class WebShop:
         self.goal_kind = goal_kind
         self.seed = seed
         self.noun_source = noun_source
+        self.token_source = token_source
         self.special_queries = special_queries
         # title nouns by product *name*: both names in the reward formula are catalog product names.
         self._nouns_by_name: dict[str, list[str]] = {}
@@ -91,7 +99,11 @@ class WebShop:
 
         Args:
             data_dir: folder with the raw WebShop files (see ``catalog.DataFiles``); None = the embedded default,
-                the synthetic catalog under ``data/synthetic/seed0`` (generated on first use).
+                the synthetic catalog under ``data/synthetic/seed0`` (generated on first use). Without
+                ``search_doc_tokens.jsonl`` or a title-noun table there, the package's tables for the real 1k set
+                are used for every product whose text matches (``catalog.PACKAGED_DOC_TOKENS``,
+                ``PACKAGED_TITLE_NOUNS``); products whose text differs are logged in one warning per table and
+                fall back to ``search.analyze`` / alphabetic nouns (see ``token_source`` and ``noun_source``).
             goals: "synthetic" (one goal per option combination of instructed products; RAGEN / verl-agent) or
                 "human" (the human instruction records; the paper's setting).
             seed: seeds range prices and price ceilings, and shuffles the goals. 233 reproduces the original
@@ -123,8 +135,13 @@ class WebShop:
             if missing:
                 raise WebShopDataError(f"{files.doc_tokens}: no tokens for {len(missing)} products, e.g. {missing[:3]}")
             engine = SearchEngine(asins, [tokens[a] for a in asins])
-        else:
-            engine = SearchEngine.from_contents(asins, [search_document(p) for p in products])
+            token_source = f"token file {files.doc_tokens.name}"
+        else:  # the packaged Lucene tokens where the document text matches, the project's analyzer elsewhere
+            documents = {p["asin"]: search_document(p) for p in products}
+            packaged, differing = match_packaged(load_packaged_table(PACKAGED_DOC_TOKENS)[1], documents)
+            engine = SearchEngine(asins, [packaged[a] if a in packaged else analyze(documents[a]) for a in asins])
+            token_source = _packaged_source(data_dir, "Lucene tokens", "search document", len(asins), packaged,
+                                            differing, "the project's analyzer (search.analyze)")
 
         title_nouns = None
         noun_source = "fallback: alphabetic tokens of the name (no title-noun table in the data directory)"
@@ -133,9 +150,16 @@ class WebShop:
             title_nouns = {k: v for k, v in table.items() if not k.startswith("_")}
             noun_source = f"noun table {files.title_nouns.name}"
         else:
-            log.warning("%s has no title-noun table; title_score uses %s", data_dir, noun_source)
+            names = {p["asin"]: p["name"] for p in products}
+            title_nouns, differing = match_packaged(load_packaged_table(PACKAGED_TITLE_NOUNS)[1], names)
+            if title_nouns:
+                noun_source = _packaged_source(data_dir, "spaCy title nouns", "name", len(names), title_nouns,
+                                               differing, "alphabetic tokens of the name")
+            else:
+                log.warning("%s has no title-noun table; title_score uses %s", data_dir, noun_source)
+                title_nouns = None
         return cls(products, prices, goal_list, engine, title_nouns, Path(data_dir), goals, seed, noun_source,
-                   special_queries)
+                   special_queries, token_source)
 
     # ------------------------------------------------------------------------------------------------ search
     def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[tuple[str, float]]:
@@ -188,3 +212,18 @@ class WebShop:
     def __repr__(self) -> str:
         return (f"WebShop({self.data_dir}, {len(self.products)} products, {len(self.goals)} {self.goal_kind} goals, "
                 f"seed={self.seed})")
+
+
+def _packaged_source(data_dir: str | Path, what: str, text: str, total: int, matched: Mapping, differing: list[str],
+                     fallback: str) -> str:
+    """Describe (and log) how much of a catalog the package data covers; warn about products whose text differs."""
+    if not matched and not differing:  # a catalog the package knows nothing of (e.g. a synthetic one)
+        return fallback
+    source = f"package data {what} for {len(matched)} of {total} products, {fallback} for the rest"
+    if differing:
+        log.warning("%s: %d products' %s differs from the text the packaged %s were computed from (e.g. %s); "
+                    "they use %s instead, which may not reproduce the original WebShop exactly",
+                    data_dir, len(differing), text, what, ", ".join(differing[:5]), fallback)
+    else:
+        log.info("%s: %s", data_dir, source)
+    return source
