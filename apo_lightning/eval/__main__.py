@@ -26,6 +26,7 @@ from ..rollout.chat import ChatFormat
 from ..rollout.engine import RolloutEngine, rollout_goals
 from ..utils.seeds import derive_seed
 from ..webshop import WebShop
+from ..webshop.datadir import resolve_data_dir
 from .compare import compare_episodes, format_comparison, load_episodes
 from .evaluate import SCRIPTED, greedy_summary, play_scripted, sample_policy, sampled_summary
 from .report import write_results
@@ -34,8 +35,9 @@ from .report import write_results
 def evaluate_command(args: argparse.Namespace) -> dict:
     """Run ``evaluate``; print and return its figures."""
     torch.set_num_threads(args.threads)
-    shop = WebShop.load(args.data_dir, goals=args.goals, seed=args.catalog_seed)
-    print(f"catalog: {shop}", file=sys.stderr)
+    data_dir, description = resolve_data_dir(args.data_dir)
+    print(description, file=sys.stderr)
+    shop = WebShop.load(data_dir, goals=args.goals, seed=args.catalog_seed)
     goals = list(shop.split(args.split, args.split_scheme))[: args.limit or None]
     start = time.perf_counter()
     if args.model in SCRIPTED:
@@ -83,7 +85,9 @@ def main(argv: list[str] | None = None) -> dict:
     ev.add_argument("--model", required=True,
                     help=f"model directory, hub id, 'smollm2-135m-instruct', or a scripted policy: {', '.join(SCRIPTED)}")
     ev.add_argument("--gguf-file", default=None)
-    ev.add_argument("--data-dir", default=None, help="WebShop data folder (default: the synthetic catalog)")
+    ev.add_argument("--data-dir", default=None,
+                    help="WebShop data folder, or 'synthetic' (default: $APO_WEBSHOP_DATA, else data/webshop_1k if "
+                         "present, else the synthetic catalog)")
     ev.add_argument("--goals", choices=("synthetic", "human"), default="synthetic")
     ev.add_argument("--catalog-seed", type=int, default=233, help="price/goal seed; 233 reproduces WebShop")
     ev.add_argument("--split", choices=("train", "val", "test"), default="test")

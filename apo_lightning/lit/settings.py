@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -12,6 +14,7 @@ from ..models.loading import looks_local
 from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
 from ..webshop import WebShop, WebShopEnv
+from ..webshop.datadir import resolve_data_dir
 
 SplitScheme = Literal["webshop", "verl"]
 ObservationMode = Literal["text", "text_rich"]
@@ -23,7 +26,9 @@ class EnvConfig:
     """Which WebShop data and how episodes run.
 
     Args:
-        data_dir: WebShop data folder; None = the synthetic catalog (generated under data/synthetic/seed0).
+        data_dir: WebShop data folder; "synthetic" = the generated synthetic catalog (data/synthetic/seed0); None =
+            the data-location rule of every command (``$APO_WEBSHOP_DATA``, else ``data/webshop_1k`` if present, else
+            the synthetic catalog; printed at start).
         goals: "synthetic" (attribute-based, as the paper's IL/RL) or "human" goals.
         seed: the catalog seed: prices, goals and their order (233 reproduces WebShop). Not the run seed.
         split_scheme: "webshop" (test [0, 500), val [500, 1500), train [1500, N)) or "verl" (test [0, 500),
@@ -39,9 +44,18 @@ class EnvConfig:
     observation_mode: ObservationMode = "text"
     max_steps: int = 15
 
+    def resolved_data_dir(self) -> str | None:
+        """The data folder the rule chooses (None: the synthetic catalog); says where it came from once per process."""
+        path, description = resolve_data_dir(self.data_dir)
+        if description not in _ANNOUNCED:
+            _ANNOUNCED.add(description)
+            if os.environ.get("LOCAL_RANK", "0") == "0":
+                print(description, file=sys.stderr)
+        return str(path) if path is not None else None
+
     def shop(self) -> WebShop:
         """The loaded catalog (cached per process)."""
-        return _load_shop(self.data_dir, self.goals, self.seed)
+        return _load_shop(self.resolved_data_dir(), self.goals, self.seed)
 
     def envs(self, n: int) -> list[WebShopEnv]:
         """``n`` fresh envs over the shared catalog."""
@@ -70,6 +84,9 @@ class RolloutSettings:
     max_new_tokens: int = 64
 
 
+_ANNOUNCED: set[str] = set()
+
+
 @lru_cache(maxsize=4)
 def _load_shop(data_dir: str | None, goals: str, seed: int) -> WebShop:
     return WebShop.load(data_dir, goals=goals, seed=seed)
@@ -88,10 +105,3 @@ def ensure_policy(model_name_or_path: str, tiny: TinyPolicySpec | None, env: Env
         raise FileNotFoundError(
             f"policy directory {path} does not exist; train it first (e.g. `python cli.py fit --config "
             "configs/sft_tiny.yaml` exports data/models/tiny-sft) or set model_name_or_path")
-
-
-def chat_key(chat: ChatFormat) -> dict:
-    """A ChatFormat's settings as a cache-key part."""
-    from dataclasses import asdict
-
-    return asdict(chat)

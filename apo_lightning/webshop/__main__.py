@@ -5,8 +5,8 @@
 
 ``download`` fetches items_shuffle_1000.json, items_ins_v2_1000.json and items_human_ins.json from public mirrors
 (add your own with ``--url``), verifies each file's size and hashes and installs it atomically; run it again to
-resume or to check. ``play`` without ``--data-dir`` uses the synthetic catalog (generated under
-data/synthetic/seed0 on first use). Policies (scripted or models) are evaluated with
+resume or to check. ``play`` reads the data the rule of every command finds (``--data-dir``, else
+``$APO_WEBSHOP_DATA``, else ``data/webshop_1k`` if present, else the synthetic catalog under data/synthetic/seed0). Policies (scripted or models) are evaluated with
 ``python -m apo_lightning.eval evaluate``.
 """
 
@@ -18,13 +18,15 @@ import logging
 import sys
 
 from . import download as dl
-from .datadir import DEFAULT_DATA_DIR
+from .datadir import DEFAULT_DATA_DIR, resolve_data_dir
 from .env import WebShopEnv
 from .shop import WebShop
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", default=None, help="WebShop data folder (default: the synthetic catalog)")
+    parser.add_argument("--data-dir", default=None,
+                        help="WebShop data folder, or 'synthetic' (default: $APO_WEBSHOP_DATA, else data/webshop_1k if "
+                             "present, else the synthetic catalog)")
     parser.add_argument("--goals", choices=("synthetic", "human"), default="synthetic")
     parser.add_argument("--seed", type=int, default=233, help="price/goal seed; 233 reproduces the original")
     parser.add_argument("--observation-mode", choices=("text", "text_rich"), default="text")
@@ -33,7 +35,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def play(args: argparse.Namespace) -> None:
     """Interactive session: type actions such as search[red shoes] or click[buy now]; 'quit' ends."""
-    shop = WebShop.load(args.data_dir, goals=args.goals, seed=args.seed)
+    data_dir, description = resolve_data_dir(args.data_dir)
+    print(description)
+    shop = WebShop.load(data_dir, goals=args.goals, seed=args.seed)
     env = WebShopEnv(shop, args.observation_mode, max_steps=args.max_steps or None)
     observation = env.reset(args.goal_index)
     print(f"{shop}\ngoal {args.goal_index}: {env.instruction_text}\n")

@@ -1,6 +1,6 @@
 """Where the WebShop data is read from: one rule for every command.
 
-1. ``--data-dir`` when it is given;
+1. ``--data-dir`` when it is given (the word ``synthetic`` asks for the synthetic catalog);
 2. else the environment variable ``APO_WEBSHOP_DATA`` when it is set and not empty;
 3. else ``data/webshop_1k`` in the current directory when that folder exists (where
    ``python -m apo_lightning.webshop download`` puts the files by default);
@@ -21,6 +21,8 @@ ENV_VAR = "APO_WEBSHOP_DATA"
 #: The default download destination, looked up relative to the current directory.
 DEFAULT_DATA_DIR = Path("data") / "webshop_1k"
 DOWNLOAD_HINT = "python -m apo_lightning.webshop download"
+#: The ``--data-dir`` / ``data_dir`` value that asks for the generated synthetic catalog whatever the rule finds.
+SYNTHETIC = "synthetic"
 
 
 def resolve_data_dir(
@@ -32,7 +34,7 @@ def resolve_data_dir(
 
     Args:
         explicit: the ``--data-dir`` value, or None when the option was not given. An empty string counts as not
-            given.
+            given; ``"synthetic"`` chooses the synthetic catalog.
         environ: the environment to read ``APO_WEBSHOP_DATA`` from (default ``os.environ``).
         cwd: the folder ``data/webshop_1k`` is looked up in (default the current directory).
 
@@ -46,6 +48,8 @@ def resolve_data_dir(
     file) when it is wrong. This function raises nothing.
     """
     environ = os.environ if environ is None else environ
+    if explicit is not None and str(explicit) == SYNTHETIC:
+        return None, "WebShop data: the synthetic catalog (asked for by name)"
     if explicit is not None and str(explicit) != "":
         path = Path(explicit).expanduser()
         return path, f"WebShop data: {path} (--data-dir)"
