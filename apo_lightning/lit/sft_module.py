@@ -47,7 +47,7 @@ class SFTModule(LightningModule):
         self.tokenizer = None
         self.val_loss = MeanMetric()
         self.val_success, self.val_score = MeanMetric(), MeanMetric()
-        self.val_turns, self.val_invalid, self.val_replies = SumMetric(), SumMetric(), SumMetric()
+        self.val_turns, self.val_invalid = SumMetric(), SumMetric()
 
     def configure_model(self) -> None:
         if self.policy is None:
