@@ -36,11 +36,13 @@ class SFTModule(LightningModule):
         warmup_steps: linear warm-up steps.
         constant_steps: steps at the peak rate before the cosine decay (linked from ``data.drills.steps``).
         dtype: policy weights dtype; use the Trainer's precision for mixed precision.
+        export_dtype: the dtype of the exported weights (``bfloat16`` for a reference policy kept in the repository);
+            None = the training dtype.
     """
 
     def __init__(self, model_name_or_path: str = "data/models/tiny-init", export_dir: str | None = "data/models/tiny-sft",
                  learning_rate: float = 2e-3, weight_decay: float = 0.01, warmup_steps: int = 20,
-                 constant_steps: int = 0, dtype: DType = "float32"):
+                 constant_steps: int = 0, dtype: DType = "float32", export_dtype: DType | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.policy = None
@@ -129,5 +131,5 @@ class SFTModule(LightningModule):
 
     def on_fit_end(self) -> None:
         if self.hparams.export_dir and self.trainer.is_global_zero:
-            path = export_policy(self.policy, self.tokenizer, self.hparams.export_dir)
+            path = export_policy(self.policy, self.tokenizer, self.hparams.export_dir, self.hparams.export_dtype)
             log.info("exported the fine-tuned policy to %s", path)

@@ -102,13 +102,26 @@ def load_policy(
     return _ready(model.to(device), tokenizer)
 
 
-def export_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
+def export_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path,
+                  dtype: str | None = None) -> Path:
     """Save ``model`` and ``tokenizer`` as a Hugging Face model directory, atomically (a reader sees the old folder
-    or the new one, never half of one). A PEFT model is merged first, so the directory holds plain weights."""
-    if hasattr(model, "merge_and_unload"):
-        import copy
+    or the new one, never half of one). A PEFT model is merged first, so the directory holds plain weights.
 
+    Args:
+        dtype: save the weights in this dtype (``"bfloat16"`` halves the files of a float32 policy); None = as they
+            are. The model itself is not changed.
+
+    Raises:
+        ValueError: an unknown ``dtype``.
+    """
+    import copy
+
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; use one of {sorted(DTYPES)}")
+    if hasattr(model, "merge_and_unload"):
         model = copy.deepcopy(model).merge_and_unload()
+    if dtype is not None and next(model.parameters()).dtype != DTYPES[dtype]:
+        model = copy.deepcopy(model).to(DTYPES[dtype])
     with atomic_directory(out_dir, replace=True) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
