@@ -85,8 +85,14 @@ def hashing_rollouts(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------ configs
-CONFIGS = sorted(str(p) for p in (REPO / "configs").glob("*.yaml"))
-OVERLAYS = {"grpo_1k.yaml": "webshop_1k.yaml", "webshop_1k_cpu.yaml": "webshop_1k.yaml"}
+CONFIGS = sorted(str(p) for p in (REPO / "configs").rglob("*.yaml"))
+OBJECTIVE_OVERLAYS = sorted((REPO / "configs" / "objective").glob("*.yaml"))
+
+
+def base_of(config: Path) -> list[str]:
+    """The configs to compose: an overlay goes on top of the real-data base."""
+    overlay = config.parent.name == "objective" or config.name == "webshop_1k_cpu.yaml"
+    return [str(REPO / "configs" / "webshop_1k.yaml"), str(config)] if overlay else [str(config)]
 
 
 def parse(*configs, extra=()):
@@ -96,8 +102,7 @@ def parse(*configs, extra=()):
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_every_config_parses_and_instantiates(config):
-    name = Path(config).name
-    configs = [str(REPO / "configs" / OVERLAYS[name]), config] if name in OVERLAYS else [config]
+    configs = base_of(Path(config))
     parsed = parse(*configs, extra=["--trainer.devices=1", "--trainer.strategy=auto"])
     assert parsed.model is not None and parsed.datamodule is not None
     class_path = yaml.safe_load(Path(configs[0]).read_text())["model"]["class_path"]
@@ -108,9 +113,10 @@ def test_overlays_keep_the_base_callbacks_and_name_their_outputs():
     base = parse(str(REPO / "configs" / "webshop_1k.yaml"))
     base_callbacks = [type(c).__name__ for c in base.trainer.callbacks]
     assert {"ModelCheckpoint", "LearningRateMonitor", "ExportPolicy"} <= set(base_callbacks)
-    for overlay, run_name in (("grpo_1k.yaml", "grpo_1k"), ("webshop_1k_cpu.yaml", "webshop_1k_cpu")):
-        composed = parse(str(REPO / "configs" / "webshop_1k.yaml"), str(REPO / "configs" / overlay),
-                         extra=["--trainer.devices=1", "--trainer.strategy=auto"])
+    overlays = [REPO / "configs" / "webshop_1k_cpu.yaml", *OBJECTIVE_OVERLAYS]
+    for overlay in overlays:
+        run_name = yaml.safe_load(overlay.read_text())["run_name"]
+        composed = parse(*base_of(overlay), extra=["--trainer.devices=1", "--trainer.strategy=auto"])
         names = [type(c).__name__ for c in composed.trainer.callbacks]
         assert names == base_callbacks, overlay
         checkpoints = [c for c in composed.trainer.callbacks if type(c).__name__ == "ModelCheckpoint"]
@@ -118,9 +124,21 @@ def test_overlays_keep_the_base_callbacks_and_name_their_outputs():
         export = next(c for c in composed.trainer.callbacks if type(c).__name__ == "ExportPolicy")
         assert export.out_dir == str(Path("data/models") / run_name)
         assert composed.model.hparams.results_dir == str(Path("results") / run_name)
-    grpo = parse(str(REPO / "configs" / "webshop_1k.yaml"), str(REPO / "configs" / "grpo_1k.yaml"))
-    assert grpo.model.objective.name == "grpo" and grpo.datamodule.rollouts_per_goal == 4  # linked from the module
-    assert not grpo.datamodule.objective.needs_v_star and base.datamodule.objective.needs_v_star
+        name = overlay.stem if overlay.parent.name == "objective" else "apo"
+        assert composed.model.objective.name == composed.datamodule.objective.name == name  # linked
+        assert composed.datamodule.objective.needs_v_star == (name != "grpo")
+        assert composed.datamodule.rollouts_per_goal == (4 if name == "grpo" else 1)
+    kl_pg = parse(*base_of(REPO / "configs" / "objective" / "kl_pg.yaml"))
+    assert kl_pg.trainer.gradient_clip_val == 0.5 and base.trainer.gradient_clip_val == 1.0
+
+
+def test_print_config_shows_each_objectives_settings_with_their_docs(capsys):
+    with pytest.raises(SystemExit):
+        build_cli(["fit", "--print_config=comments", "--config", str(REPO / "configs" / "webshop_1k.yaml")])
+    printed = capsys.readouterr().out
+    for setting in ("beta2:", "group_size:", "kl_coef:", "weighting:", "clip:"):
+        assert setting in printed
+    assert "# KL-anchored policy-gradient settings" in printed and "# the stage-2 KL temperature" in printed
 
 
 def test_a_wrong_choice_fails_at_parse_time():
@@ -153,8 +171,27 @@ def test_fit_then_test_writes_checkpoint_and_results(workdir):
     assert (workdir / "results/explicit/summary.csv").read_text().splitlines()[1].startswith("explicit,test,")
 
 
-def test_training_changes_every_policy_parameter(workdir, zero_v_star):
-    cli = fit("--trainer.max_steps=1", *NO_CHECKPOINTS)
+@pytest.fixture
+def varied_rewards(monkeypatch, zero_v_star):
+    """Rewards that differ between the trajectories of a goal (an untrained policy earns the same penalty on
+    every episode, so group-relative advantages would all be 0): 0.1 × (the sum of the sampled token ids mod 7)."""
+    real = WebShopRLDataModule.train_batch
+
+    def train_batch(self, batch_number):
+        batch = real(self, batch_number)
+        sampled = [sum(i for s in t.segments for i, m in zip(s.token_ids, s.gen_mask) if m)
+                   for t in batch["trajectories"]]
+        batch["reward"] = torch.tensor([0.1 * (total % 7) for total in sampled])
+        assert len(set(sampled)) > 1
+        return batch
+
+    monkeypatch.setattr(WebShopRLDataModule, "train_batch", train_batch)
+
+
+@pytest.mark.parametrize("algorithm", ["apo", "grpo", "kl_pg", "awr"])
+def test_one_step_of_each_objective_changes_every_policy_parameter(workdir, varied_rewards, algorithm):
+    cli = fit("--trainer.max_steps=1", *NO_CHECKPOINTS, f"--model.algorithm={algorithm}")
+    assert cli.model.objective.name == algorithm
     trained = dict(cli.model.policy.named_parameters())
     reference = dict(cli.model.reference.named_parameters())
     changed = [n for n in trained if not torch.equal(trained[n], reference[n])]

@@ -1,7 +1,7 @@
 """The command line: ``LightningCLI`` with this project's links, run names, thread setting and quiet output.
 
     python cli.py fit --config configs/quickstart.yaml          # or: apo-lightning fit --config ...
-    python cli.py fit --config configs/webshop_1k.yaml --config configs/grpo_1k.yaml
+    python cli.py fit --config configs/webshop_1k.yaml --config configs/objective/grpo.yaml
     python cli.py test --config configs/quickstart.yaml --ckpt_path last
     python cli.py fit --config configs/quickstart.yaml --print_config
 

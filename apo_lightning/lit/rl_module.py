@@ -23,7 +23,9 @@ from torchmetrics import MeanMetric
 from ..apo.logprobs import generated_logprobs, pack_generated
 from ..apo.objectives import OBJECTIVES, Algorithm, PackedBatch, kl_statistics
 from ..apo.objectives.apo import APOSettings
+from ..apo.objectives.awr import AWRSettings
 from ..apo.objectives.grpo import GRPOSettings
+from ..apo.objectives.kl_pg import KLPGSettings
 from ..eval.metrics import trajectory_metrics
 from ..eval.report import write_results
 from ..models.loading import load_policy
@@ -56,9 +58,12 @@ class WebShopRLModule(LightningModule):
     Args:
         model_name_or_path: π_ref, the frozen reference (usually the SFT-warm-started policy); the policy starts
             as a copy of it (A*-PO's π_0 = π_ref).
-        algorithm: the objective: "apo" (A*-PO) or "grpo". Its settings are the argument of the same name.
+        algorithm: the objective: "apo" (A*-PO), "grpo", "kl_pg" (KL-anchored policy gradient) or "awr"
+            (advantage-weighted SFT). Its settings are the argument of the same name.
         apo: A*-PO settings.
         grpo: GRPO settings.
+        kl_pg: KL-anchored policy-gradient settings.
+        awr: advantage-weighted SFT settings.
         learning_rate: AdamW learning rate.
         weight_decay: AdamW weight decay.
         warmup_steps: linear learning-rate warm-up steps.
@@ -72,14 +77,15 @@ class WebShopRLModule(LightningModule):
     """
 
     def __init__(self, model_name_or_path: str = "data/models/tiny-sft", algorithm: Algorithm = "apo",
-                 apo: APOSettings = APOSettings(), grpo: GRPOSettings = GRPOSettings(), learning_rate: float = 1e-4,
+                 apo: APOSettings = APOSettings(), grpo: GRPOSettings = GRPOSettings(),
+                 kl_pg: KLPGSettings = KLPGSettings(), awr: AWRSettings = AWRSettings(), learning_rate: float = 1e-4,
                  weight_decay: float = 0.0, warmup_steps: int = 0, lora: LoraSettings = LoraSettings(),
                  dtype: DType = "float32", sample_trajectories: int = 2, text_every: int = 25,
                  results_dir: str | None = None, method_name: str | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.objective = OBJECTIVES[algorithm]
-        self.objective_settings = {"apo": apo, "grpo": grpo}[algorithm]
+        self.objective_settings = {"apo": apo, "grpo": grpo, "kl_pg": kl_pg, "awr": awr}[algorithm]
         self.lora_config = lora
         self.policy = None
         self.tokenizer = None

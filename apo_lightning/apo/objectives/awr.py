@@ -1,0 +1,115 @@
+"""Advantage-weighted SFT: supervised learning on the policy's own trajectories, each weighted by its advantage.
+
+The diagnosis document's ("TinyZero") form, with the A*-PO value as baseline:
+
+    adv_b  = r_b − V*(x_b);   â_b = clamp( (adv_b − mean(adv)) / (std(adv) + ε), −3, 3 )     (over the batch)
+    w_b    = clamp( â_b + 1, 0.1, 5 )                                                          ("linear")
+    L      = mean_b( w_b · CE_b ) + kl_coef · KL(π‖π_ref)
+
+with CE_b the mean token cross-entropy of trajectory b's generated tokens and the KL Schulman's k3 estimator per
+generated token, averaged over the batch's generated tokens. ``weighting="exp"`` uses the exponential weights of
+AWR (Peng et al. 2019, "Advantage-Weighted Regression", Eq. 11): ``w_b = min(exp(adv_b / τ), max_weight)``.
+Weights are constants (detached). Every weight is positive, so no trajectory is pushed down: a bad one is only
+imitated less.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from ..checks import masked, require_batch_vector, require_ndim, require_positive_finite, require_same_shape
+from .base import Objective, PackedBatch, k3_kl
+
+NORM_CLIP, WEIGHT_MIN, WEIGHT_MAX, EPS = 3.0, 0.1, 5.0, 1e-8
+
+
+@dataclass
+class AWRSettings:
+    """Advantage-weighted SFT settings.
+
+    Args:
+        weighting: "linear" (clamp(â + 1, 0.1, 5) of the batch-normalised advantage) or "exp" (AWR:
+            min(exp(adv / τ), max_weight)).
+        tau: τ of the exponential weights.
+        max_weight: the cap of the exponential weights (AWR's 20).
+        kl_coef: the weight of the per-token KL to π_ref.
+    """
+
+    weighting: Literal["linear", "exp"] = "linear"
+    tau: float = 1.0
+    max_weight: float = 20.0
+    kl_coef: float = 0.01
+
+
+def awr_weights(advantage: Tensor, weighting: str = "linear", tau: float = 1.0, max_weight: float = 20.0) -> Tensor:
+    """Per-trajectory weights from advantages ``r − V*`` (module docstring).
+
+    Args:
+        advantage: (B,) float.
+
+    Returns:
+        (B,) float32, detached, in [0.1, 5] ("linear") or (0, max_weight] ("exp").
+
+    Raises:
+        ValueError: an unknown ``weighting``, or ``tau``/``max_weight`` not > 0.
+    """
+    adv = advantage.detach().float()
+    if weighting == "linear":
+        normalised = (adv - adv.mean()) / (adv.std(correction=0) + EPS)  # (B,) population std: B = 1 gives 0
+        return (normalised.clamp(-NORM_CLIP, NORM_CLIP) + 1.0).clamp(WEIGHT_MIN, WEIGHT_MAX)
+    if weighting == "exp":
+        tau = require_positive_finite("tau", tau)
+        max_weight = require_positive_finite("max_weight", max_weight)
+        return torch.exp(adv / tau).clamp(max=max_weight)
+    raise ValueError(f"weighting must be 'linear' or 'exp', got {weighting!r}")
+
+
+def awr_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, reward: Tensor, v_star: Tensor, weighting: str = "linear",
+             tau: float = 1.0, max_weight: float = 20.0, kl_coef: float = 0.01) -> tuple[Tensor, dict[str, Tensor]]:
+    """The advantage-weighted SFT loss (module docstring).
+
+    Args:
+        logp: (B, T) float, log π of the generated tokens (with gradients).
+        ref_logp: (B, T) float, log π_ref of the same tokens.
+        mask: (B, T), non-zero on generated tokens.
+        reward: (B,) float. v_star: (B,) float.
+
+    Returns:
+        ``(loss 0-d float32, stats)``: ``weighted_ce`` (the first term), ``kl_penalty``, ``weight_mean``,
+        ``weight_max``, ``advantage_mean``. A row with no generated token has CE = 0.
+
+    Raises:
+        ValueError: shapes disagree, a bad ``weighting``/``tau``/``max_weight``, or ``kl_coef`` < 0.
+    """
+    logp = require_ndim("logp", logp, 2, "(B, T)")
+    ref_logp = require_same_shape("ref_logp", ref_logp, "logp", logp)
+    mask = require_same_shape("mask", mask, "logp", logp).bool()
+    reward = require_batch_vector("reward", reward, logp.shape[0])
+    v_star = require_batch_vector("v_star", v_star, logp.shape[0])
+    if kl_coef < 0:
+        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+    advantage = reward.detach().float() - v_star.detach().float()  # (B,)
+    weights = awr_weights(advantage, weighting, tau, max_weight)  # (B,)
+    lp = masked(logp, mask)  # (B, T)
+    tokens = mask.float().sum(dim=-1)  # (B,)
+    ce = -lp.sum(dim=-1) / tokens.clamp(min=1.0)  # (B,) mean token cross-entropy of each trajectory
+    weighted_ce = (weights * ce).mean()
+    kl = k3_kl(lp, masked(ref_logp.detach(), mask), mask).sum() / tokens.sum().clamp(min=1.0)
+    loss = weighted_ce + kl_coef * kl
+    with torch.no_grad():
+        stats = {"weighted_ce": weighted_ce.detach(), "kl_penalty": kl.detach(), "weight_mean": weights.mean(),
+                 "weight_max": weights.max(), "advantage_mean": advantage.mean()}
+    return loss, stats
+
+
+def _loss(batch: PackedBatch, settings: AWRSettings) -> tuple[Tensor, dict[str, Tensor]]:
+    return awr_loss(batch.logp, batch.ref_logp, batch.mask, batch.reward, batch.v_star, settings.weighting,
+                    settings.tau, settings.max_weight, settings.kl_coef)
+
+
+OBJECTIVE = Objective(name="awr", settings=AWRSettings, needs_v_star=True, loss=_loss,
+                      rollouts_per_goal=lambda settings: 1)

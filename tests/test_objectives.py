@@ -1,0 +1,129 @@
+"""The seed projects' objectives, KL-anchored policy gradient (``kl_pg``) and advantage-weighted SFT (``awr``),
+checked against hand-computed cases; and the interface every objective shares."""
+
+import math
+
+import pytest
+import torch
+
+from apo_lightning.apo.objectives import OBJECTIVES, PackedBatch
+from apo_lightning.apo.objectives.awr import awr_loss, awr_weights
+from apo_lightning.apo.objectives.kl_pg import kl_pg_loss
+
+
+def t(x, **kw):
+    return torch.tensor(x, dtype=torch.float32, **kw)
+
+
+def case():
+    """Two trajectories: row 0 has 2 generated tokens (t=2 is padding, with junk in it), row 1 has 3."""
+    logp = t([[-1.0, -2.0, float("-inf")], [-0.5, -0.5, -1.0]], requires_grad=True)
+    ref = t([[-1.5, -2.0, float("nan")], [-1.0, 0.0, -2.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    return logp, ref, mask, t([1.0, 0.0]), t([0.25, 0.5])
+
+
+# k3 per token, d = ref − logp:  row 0: d = [-0.5, 0] → e^-0.5 − 0.5, 0 ; row 1: d = [-0.5, 0.5, -1]
+K3 = [math.exp(-0.5) - 0.5, 0.0, math.exp(-0.5) - 0.5, math.exp(0.5) - 1.5, math.exp(-1.0)]
+KL = sum(K3) / 5  # averaged over the batch's 5 generated tokens ≈ 0.1459324
+
+
+# ------------------------------------------------------------------------------------------------ kl_pg
+def test_kl_pg_by_hand():
+    logp, ref, mask, reward, v_star = case()
+    loss, stats = kl_pg_loss(logp, ref, mask, reward, v_star, beta=0.1, kl_coef=0.5, clip=0.6)
+    # ℓ = length-normalised log π: row 0 (−1 − 2)/2 = −1.5 ; row 1 (−0.5 − 0.5 − 1)/3 = −2/3
+    # log π/π_ref summed: row 0 0.5 + 0 = 0.5 ; row 1 0.5 − 0.5 + 1 = 1.0
+    # A = r − β·log(π/π_ref) − V*: row 0 1 − 0.05 − 0.25 = 0.7 → clamped to 0.6 ; row 1 0 − 0.1 − 0.5 = −0.6
+    # policy loss = −mean(0.6·(−1.5), −0.6·(−2/3)) = −mean(−0.9, 0.4) = 0.25
+    assert stats["policy_loss"].item() == pytest.approx(0.25, abs=1e-6)
+    assert stats["kl_penalty"].item() == pytest.approx(KL, abs=1e-6)
+    assert loss.item() == pytest.approx(0.25 + 0.5 * KL, abs=1e-6)
+    assert stats["clip_fraction"].item() == 0.5 and stats["advantage_mean"].item() == pytest.approx(0.0, abs=1e-7)
+    loss.backward()
+    # d/dlogp: policy term −A_b/(B·|y_b|) = −0.15 (row 0), +0.1 (row 1); KL term λ/5·(1 − e^d) per token;
+    # nothing flows through A (detached) or into padding
+    kl_grad = [0.1 * (1 - math.exp(d)) for d in (-0.5, 0.0, -0.5, 0.5, -1.0)]
+    expected = t([[-0.15 + kl_grad[0], -0.15 + kl_grad[1], 0.0],
+                  [0.1 + kl_grad[2], 0.1 + kl_grad[3], 0.1 + kl_grad[4]]])
+    assert torch.allclose(logp.grad, expected, atol=1e-6)
+
+
+def test_kl_pg_equal_advantages_empty_row_and_bf16():
+    logp, ref, mask, _, _ = case()
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0]])  # row 1 generated nothing
+    # β = 0: A = r − V* = 0.5 for both rows; ℓ_0 = −1.5, ℓ_1 = 0 (no token) → policy loss −(0.5·−1.5 + 0)/2 = 0.375
+    loss, stats = kl_pg_loss(logp, ref, mask, t([1.0, 0.75]), t([0.5, 0.25]), beta=0.0, kl_coef=0.0, clip=5.0)
+    assert loss.item() == pytest.approx(0.375, abs=1e-6) and stats["advantage_std"].item() == 0.0
+    assert stats["kl_penalty"].item() == pytest.approx(K3[0] / 2, abs=1e-6)  # row 0's two tokens only
+    full = kl_pg_loss(*case(), beta=0.1, kl_coef=0.5, clip=0.6)[0]
+    bf16 = [x.detach().to(torch.bfloat16) for x in case()[:2]]  # these values are exact in bf16
+    half = kl_pg_loss(bf16[0], bf16[1], case()[2], *case()[3:], beta=0.1, kl_coef=0.5, clip=0.6)[0]
+    assert half.dtype == torch.float32 and half.item() == pytest.approx(full.item(), abs=1e-6)
+
+
+def test_kl_pg_validates():
+    logp, ref, mask, reward, v_star = case()
+    with pytest.raises(ValueError, match="clip"):
+        kl_pg_loss(logp, ref, mask, reward, v_star, beta=0.1, kl_coef=0.1, clip=0.0)
+    with pytest.raises(ValueError, match="kl_coef"):
+        kl_pg_loss(logp, ref, mask, reward, v_star, beta=0.1, kl_coef=-1.0, clip=1.0)
+    with pytest.raises(ValueError, match="v_star"):
+        kl_pg_loss(logp, ref, mask, reward, t([0.0]), beta=0.1, kl_coef=0.1, clip=1.0)
+
+
+# ------------------------------------------------------------------------------------------------ awr
+def test_awr_by_hand():
+    logp, ref, mask, reward, v_star = case()
+    loss, stats = awr_loss(logp, ref, mask, reward, v_star, kl_coef=0.5)
+    # adv = r − V* = [0.75, −0.5]: mean 0.125, population std 0.625 → normalised [1, −1] → w = clamp(â + 1) =
+    # [2, 0.1] (0 raised to the floor 0.1); CE = −mean log π: row 0 1.5, row 1 2/3
+    # weighted CE = mean(2·1.5, 0.1·2/3) = 1.5333333
+    assert stats["weight_mean"].item() == pytest.approx(1.05) and stats["weight_max"].item() == pytest.approx(2.0)
+    assert stats["weighted_ce"].item() == pytest.approx((3.0 + 0.2 / 3) / 2, abs=1e-6)
+    assert loss.item() == pytest.approx((3.0 + 0.2 / 3) / 2 + 0.5 * KL, abs=1e-6)
+    loss.backward()
+    # d/dlogp: −w_b/(B·|y_b|) + λ/5·(1 − e^d): row 0 −2/4 = −0.5 ; row 1 −0.1/6
+    kl_grad = [0.1 * (1 - math.exp(d)) for d in (-0.5, 0.0, -0.5, 0.5, -1.0)]
+    expected = t([[-0.5 + kl_grad[0], -0.5 + kl_grad[1], 0.0],
+                  [-0.1 / 6 + kl_grad[2], -0.1 / 6 + kl_grad[3], -0.1 / 6 + kl_grad[4]]])
+    assert torch.allclose(logp.grad, expected, atol=1e-6)
+
+
+def test_awr_weights_clamp_and_exp_form():
+    # one outlier among 20: mean 0.5, population std √4.75 = 2.1794495 → â = 4.359 clamped to 3 → w = 4;
+    # the others â = −0.5/2.1794495 = −0.2294157 → w = 0.7705843
+    weights = awr_weights(t([10.0] + [0.0] * 19))
+    assert weights[0].item() == pytest.approx(4.0) and weights[1].item() == pytest.approx(1 - 0.5 / 4.75 ** 0.5)
+    assert awr_weights(t([0.0, -10.0] + [0.0] * 18))[1].item() == pytest.approx(0.1)  # â = −3 → −2 → floor 0.1
+    assert awr_weights(t([0.3, 0.3, 0.3])).tolist() == [1.0, 1.0, 1.0]  # every advantage equal: plain SFT
+    exp = awr_weights(t([0.75, -0.5]), "exp", tau=0.5, max_weight=3.0)  # exp(1.5) = 4.48 → capped at 3; exp(−1)
+    assert exp.tolist() == pytest.approx([3.0, math.exp(-1.0)])
+    with pytest.raises(ValueError, match="weighting"):
+        awr_weights(t([0.0]), "softmax")
+
+
+def test_awr_equal_advantages_empty_row_and_bf16():
+    logp, ref, _, _, _ = case()
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    loss, stats = awr_loss(logp, ref, mask, t([0.5, 0.5]), t([0.0, 0.0]), kl_coef=0.0)
+    assert stats["weight_mean"].item() == 1.0 and loss.item() == pytest.approx((1.5 + 0.0) / 2, abs=1e-6)
+    full = awr_loss(*case(), kl_coef=0.5)[0]
+    bf16 = [x.detach().to(torch.bfloat16) for x in case()[:2]]
+    half = awr_loss(bf16[0], bf16[1], case()[2], *case()[3:], kl_coef=0.5)[0]
+    assert half.dtype == torch.float32 and half.item() == pytest.approx(full.item(), abs=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------ the interface
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_every_objective_takes_a_packed_batch_and_gives_a_differentiable_loss(name):
+    objective = OBJECTIVES[name]
+    logp, ref, mask, reward, v_star = case()
+    batch = PackedBatch(logp, ref, logp.detach(), mask.float(), reward, v_star, torch.tensor([0, 0]))
+    settings = objective.settings()
+    loss, stats = objective.loss(batch, settings)
+    assert loss.shape == () and loss.dtype == torch.float32 and torch.isfinite(loss)
+    assert all(v.shape == () and not v.requires_grad for v in stats.values())
+    loss.backward()
+    assert logp.grad is not None and logp.grad[0, 2] == 0  # nothing flows into padding
+    assert objective.rollouts_per_goal(settings) >= 1
