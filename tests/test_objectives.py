@@ -127,3 +127,16 @@ def test_every_objective_takes_a_packed_batch_and_gives_a_differentiable_loss(na
     loss.backward()
     assert logp.grad is not None and logp.grad[0, 2] == 0  # nothing flows into padding
     assert objective.rollouts_per_goal(settings) >= 1
+
+
+def test_apo_entropy_bonus_subtracts_the_mean_entropy_per_generated_token():
+    from apo_lightning.apo.objectives.apo import APOSettings
+
+    logp, ref, mask, reward, v_star = case()
+    entropy = t([[2.0, 1.0, 99.0], [0.5, 0.5, 1.0]], requires_grad=True)  # 99 sits on padding: never counted
+    batch = PackedBatch(logp, ref, logp.detach(), mask.float(), reward, v_star, torch.tensor([0, 1]), entropy)
+    plain, _ = OBJECTIVES["apo"].loss(batch, APOSettings(beta2=0.1))
+    bonus, _ = OBJECTIVES["apo"].loss(batch, APOSettings(beta2=0.1, entropy_coef=0.5))
+    assert (plain - bonus).item() == pytest.approx(0.5 * (2.0 + 1.0 + 0.5 + 0.5 + 1.0) / 5, abs=1e-6)  # 0.5 × 1.0
+    bonus.backward()
+    assert torch.allclose(entropy.grad, t([[-0.1, -0.1, 0.0], [-0.1, -0.1, -0.1]]))  # −coef / 5 per token

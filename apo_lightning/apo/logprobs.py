@@ -120,17 +120,16 @@ def sequence_logprob(token_logp: Tensor, mask: Tensor) -> Tensor:
     return masked(token_logp, mask).sum(dim=-1)  # (B,)
 
 
-def generated_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                        gen_mask: torch.Tensor, per_segment: bool = True) -> torch.Tensor:
-    """log π(token | prefix) of every generated token, computed without the full (S, T, V) logits.
+def generated_logits(model, input_ids: Tensor, attention_mask: Tensor, gen_mask: Tensor,
+                     per_segment: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    """The model's logits only at the positions that predict a generated token, without the full (S, T, V) logits.
 
-    The decoder body runs over the whole sequences, but the output head and the log-softmax only at the positions
-    that predict a generated token, which is what the losses read: at 4k-token contexts and a 4k vocabulary the
-    full logits were most of a training step's memory. Right-padded batches (``collate_trajectories``) run with no
-    attention mask, so the attention is plain causal (PyTorch's fused kernel, memory linear in T instead of a
-    T × T matrix per head), and by default one segment at a time, cut to its own length: no compute on padding
-    (``benchmarks/loss_passes.py`` measures both ways). Models without
-    ``get_decoder``/``get_output_embeddings``, or with a logit soft-cap, take the full-logits path.
+    The decoder body runs over the whole sequences, but the output head only at those positions, which is what the
+    losses read: at 4k-token contexts and a 4k vocabulary the full logits were most of a training step's memory.
+    Right-padded batches (``collate_trajectories``) run with no attention mask, so the attention is plain causal
+    (PyTorch's fused kernel, memory linear in T instead of a T × T matrix per head), and by default one segment at a
+    time, cut to its own length: no compute on padding (``benchmarks/loss_passes.py`` measures both ways). Models
+    without ``get_decoder``/``get_output_embeddings``, or with a logit soft-cap, run in full and are then indexed.
 
     Args:
         model: a causal LM (``transformers`` or a PEFT wrapper of one).
@@ -140,16 +139,17 @@ def generated_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Ten
         per_segment: run a right-padded batch segment by segment (False: the decoder over the padded batch).
 
     Returns:
-        (S, T) float32: the log-probability at every generated token (t ≥ 1), 0 elsewhere; differentiable.
+        ``(rows, cols, logits)``: the K generated tokens at ``(rows, cols + 1)`` (t ≥ 1), in row-major order, and
+        the float32 logits ``(K, V)`` that predict them (at ``(rows, cols)``); differentiable.
     """
     right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
-    if head is None or not hasattr(model, "get_decoder") or softcap:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-        return token_logprobs(logits, input_ids) * (gen_mask != 0)
-    decoder = model.get_decoder()
     rows, cols = gen_mask[:, 1:].nonzero(as_tuple=True)  # token (row, cols + 1) is predicted at (row, cols)
+    if head is None or not hasattr(model, "get_decoder") or softcap:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (S, T, V)
+        return rows, cols, logits[rows, cols].float()
+    decoder = model.get_decoder()
     if per_segment and right_padded and rows.numel():
         # one segment at a time, cut to its own length: a padded batch of segments of very different lengths is
         # mostly padding (55 % of a (16, 3883) batch of real WebShop trajectories), and the decoder's cost grows
@@ -163,24 +163,49 @@ def generated_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Ten
     else:
         selected = decoder(input_ids=input_ids,
                            attention_mask=None if right_padded else attention_mask).last_hidden_state[rows, cols]
-    logits = head(selected).float()  # (K, V)
+    return rows, cols, head(selected).float()  # (K, V)
+
+
+def generated_logprobs(model, input_ids: Tensor, attention_mask: Tensor, gen_mask: Tensor, per_segment: bool = True,
+                       with_entropy: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """log π(token | prefix) of every generated token, computed from :func:`generated_logits`.
+
+    Args:
+        model, input_ids, attention_mask, gen_mask, per_segment: as :func:`generated_logits`.
+        with_entropy: also return the policy's entropy at each generated position, ``−Σ_v π(v|·) log π(v|·)``
+            (nats), differentiable (an entropy bonus trains through it).
+
+    Returns:
+        (S, T) float32: the log-probability at every generated token (t ≥ 1), 0 elsewhere; differentiable. With
+        ``with_entropy``, ``(logp, entropy)``, both (S, T) float32.
+    """
+    rows, cols, logits = generated_logits(model, input_ids, attention_mask, gen_mask, per_segment)
+    log_probs = torch.log_softmax(logits, dim=-1)  # (K, V)
     targets = input_ids[rows, cols + 1]
-    chosen = logits.gather(1, targets[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
-    return out.index_put((rows, cols + 1), chosen)
+    logp = out.index_put((rows, cols + 1), log_probs.gather(1, targets[:, None]).squeeze(1))
+    if not with_entropy:
+        return logp
+    entropy = -(log_probs.exp() * log_probs).sum(dim=-1)  # (K,)
+    return logp, torch.zeros_like(out).index_put((rows, cols + 1), entropy)
 
 
-def generated_nll(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, gen_mask: torch.Tensor) -> torch.Tensor:
-    """The SFT loss, mean cross-entropy on the generated tokens, through :func:`generated_logprobs`.
+def generated_nll(model, input_ids: Tensor, attention_mask: Tensor, gen_mask: Tensor,
+                  label_smoothing: float = 0.0) -> Tensor:
+    """The SFT loss, mean cross-entropy on the generated tokens, through :func:`generated_logits`.
 
-    Equal to ``sft_loss(model(input_ids, attention_mask).logits, input_ids, gen_mask)`` (tested), at a
-    fraction of its cost: ``benchmarks/sft_step.py`` measures both on turn drills and demonstrations.
+    Equal to ``sft_loss(model(input_ids, attention_mask).logits, input_ids, gen_mask)`` (tested), at a fraction of
+    its cost: ``benchmarks/sft_step.py`` measures both on turn drills and demonstrations. With ``label_smoothing``
+    ε the target is (1 − ε) on the token and ε spread uniformly over the vocabulary (Szegedy et al. 2016, §7), as
+    ``torch.nn.functional.cross_entropy(..., label_smoothing=ε)``: the policy keeps some probability off its
+    demonstrated action, so it samples alternatives.
 
     Args:
         model: a causal LM (``transformers`` or a PEFT wrapper of one).
         input_ids: (B, T) int64.
         attention_mask: (B, T) 0/1.
         gen_mask: (B, T), non-zero on the tokens to learn (model replies); ``gen_mask[:, 0]`` is ignored.
+        label_smoothing: ε in [0, 1).
 
     Returns:
         0-d float32 tensor, nats per generated token; differentiable.
@@ -188,10 +213,10 @@ def generated_nll(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     Raises:
         ValueError: no position ``t ≥ 1`` has ``gen_mask`` set (a mean over zero tokens is undefined).
     """
-    count = (gen_mask[:, 1:] != 0).sum()
-    if not bool(count):
+    if not bool((gen_mask[:, 1:] != 0).any()):
         raise ValueError("generated_nll: no generated target token in the batch (gen_mask[:, 1:] is all zero)")
-    return -generated_logprobs(model, input_ids, attention_mask, gen_mask).sum() / count
+    rows, cols, logits = generated_logits(model, input_ids, attention_mask, gen_mask)
+    return F.cross_entropy(logits, input_ids[rows, cols + 1], label_smoothing=label_smoothing)
 
 
 def pack_generated(values: Tensor, gen_mask: Tensor, traj_index: Tensor, num_trajectories: int) -> tuple[Tensor, Tensor]:

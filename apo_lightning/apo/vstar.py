@@ -11,7 +11,8 @@ This module holds no model code: the caller does the rollouts and hands them in 
 * :func:`v_star_from_rewards` — the estimator.
 * :class:`VStarCache` — one JSON file per key under a directory (``data/vstar/<key>.json``), written atomically.
 * :class:`VStarTable` — V* and raw reward samples per goal id, with ``lookup`` (goal ids -> (B,) tensor) and
-  ``drop_all_zero`` (goals no reference sample solved, which A*-PO's paper filters out of training).
+  ``drop_all_zero`` (goals no reference sample solved, which A*-PO's paper filters out of training) and
+  ``all_equal`` (goals whose samples all agree).
 
 Goal ids are identified by ``str(goal_id)`` (JSON object keys are strings): ``7`` and ``"7"`` are the same goal.
 """
@@ -180,6 +181,15 @@ class VStarTable:
             the set of goal ids (str) to drop; the table itself is not modified.
         """
         return {g for g, samples in self.rewards.items() if max(samples) <= threshold}
+
+    def all_equal(self) -> set[str]:
+        """Goal ids whose ``N`` reference rewards are all equal: their advantage ``r − V*`` has the same sign for
+        every sample, so they carry no relative signal (RAGEN's StarPO-S keeps the high-variance prompts instead).
+
+        Returns:
+            the set of goal ids (str); the table itself is not modified.
+        """
+        return {g for g, samples in self.rewards.items() if len(set(samples)) == 1}
 
     def lookup(self, goal_ids: Iterable[Any], device: torch.device | str | None = None) -> Tensor:
         """V* of each goal, in order, as a tensor.

@@ -3,16 +3,24 @@
 The goal-aware oracle (``scripted.OraclePolicy``) picks each action; a short templated thought explains it. The
 rollout engine renders the episode exactly as it renders the policy's own rollouts, so SFT trains on the very
 token layout that RL later samples from.
+
+With ``noise`` > 0 the demonstrations are DART's (Laskey et al. 2017, "DART: Noise Injection for Robust Imitation
+Learning"): at a decision the demonstrator sometimes takes a wrong click — another product on a results page,
+another value of an option — and then recovers (back to the results, or the right value). The mistake stays in the
+context but is masked out of the loss; the recovery is learned. A policy trained on them has seen, and knows how to
+leave, states off the oracle's path.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Sequence
 
 from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory
+from ..utils.seeds import derive_seed
 from ..webshop import WebShopEnv
-from .scripted import OraclePolicy
+from .scripted import OraclePolicy, product_links
 
 
 def reply_for(action: str, env: WebShopEnv) -> str:
@@ -38,32 +46,75 @@ def reply_for(action: str, env: WebShopEnv) -> str:
     return f"<think>{thought}</think><answer>{action}</answer>"
 
 
-class OracleDemonstrator:
-    """Replies of the oracle for one episode (call it with the env before each turn)."""
+#: Steps a demonstration must have left for a mistake: the mistake, its undo, and the oracle's own remaining steps.
+MISTAKE_MARGIN = 6
 
-    def __init__(self) -> None:
+
+class OracleDemonstrator:
+    """Replies of the oracle for one episode (call it with the env before each turn).
+
+    Args:
+        noise: probability of a wrong click at each decision (DART, module docstring); 0 = the plain oracle.
+        seed: seeds the mistakes.
+    """
+
+    def __init__(self, noise: float = 0.0, seed: int = 0) -> None:
         self.policy = OraclePolicy()
         self.goal_index: int | None = None
+        self.noise = noise
+        self.rng = random.Random(seed)
+        self.recovery: str | None = None  # the action that undoes the last mistake
 
-    def __call__(self, env: WebShopEnv) -> str:
+    def __call__(self, env: WebShopEnv) -> str | tuple[str, bool]:
         if env.goal_index != self.goal_index or env.num_steps == 0:
             self.policy.reset(env.goal)
             self.goal_index = env.goal_index
+            self.recovery = None
+        if self.recovery is not None:
+            action, self.recovery = self.recovery, None
+            return reply_for(action, env)
         action = self.policy.act(env.observation, env.available_actions())
+        if self.noise and self.rng.random() < self.noise:
+            mistake = self._mistake(action, env)
+            if mistake is not None:
+                return reply_for(mistake, env), False
         return reply_for(action, env)
+
+    def _mistake(self, action: str, env: WebShopEnv) -> str | None:
+        """A wrong click in place of ``action`` with its undo remembered, or None when ``action`` is no choice."""
+        clicked = action[len("click["):-1].lower() if action.startswith("click[") else None
+        steps_left = env.max_steps - env.num_steps if env.max_steps is not None else 1000
+        if clicked is None or steps_left < MISTAKE_MARGIN:  # a mistake costs two steps; keep room to finish
+            return None
+        links = product_links(env.available_actions())
+        if env.page.kind == "search_results" and clicked in links:
+            others = [c for c in links if c != clicked]
+            if others:
+                self.recovery = "click[< prev]"  # back to the results page, where the oracle clicks the target
+                return f"click[{self.rng.choice(others).upper()}]"
+        target = env.page.clickables.get(clicked) if env.page.kind == "item_page" else None
+        if target is not None and target.kind == "option":
+            values = [c for c, k in env.page.clickables.items()
+                      if c != clicked and k.kind == "option" and k.option == target.option]
+            if values:
+                self.recovery = action  # the right value of the same option replaces the wrong one
+                return f"click[{self.rng.choice(values)}]"
+        return None
 
 
 def oracle_demonstrations(engine: RolloutEngine, envs: Sequence[WebShopEnv], goal_indices: Sequence[int],
-                          successful_only: bool = True) -> list[Trajectory]:
+                          successful_only: bool = True, noise: float = 0.0, seed: int = 0) -> list[Trajectory]:
     """Oracle trajectories for ``goal_indices``, rendered and tokenized by ``engine``.
 
     Args:
         successful_only: keep only demonstrations that reach score 1.0 (the oracle's rare misses would teach
             wrong purchases).
+        noise: DART's mistake probability per decision (module docstring); 0 = the plain oracle.
+        seed: seeds the mistakes (each goal's demonstrator gets ``derive_seed(seed, goal)``).
     """
     trajectories: list[Trajectory] = []
     for start in range(0, len(goal_indices), len(envs)):
         chunk = list(goal_indices[start:start + len(envs)])
-        demonstrators = [OracleDemonstrator() for _ in chunk]
+        demonstrators = [OracleDemonstrator(noise, derive_seed(seed, "dart", g)) for g in chunk]
         trajectories += engine.rollout(envs[: len(chunk)], chunk, seed=0, demonstrators=demonstrators)
     return [t for t in trajectories if t.success or not successful_only]

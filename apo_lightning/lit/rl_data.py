@@ -22,6 +22,7 @@ import logging
 import random
 import time
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 import torch
 from lightning.pytorch import LightningDataModule
@@ -32,10 +33,11 @@ from ..eval.metrics import sample_statistics
 from ..models.loading import load_policy, resolve_device
 from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
-from ..rollout.collate import collate_trajectories
+from ..rollout.collate import collate_trajectories, pad_batch
 from ..rollout.engine import RolloutEngine, rollout_goals
 from ..utils.hashing import hash_state_dict
 from ..utils.seeds import derive_seed
+from .demos import demonstration_cache, load_demonstrations
 from .settings import EnvConfig, RolloutSettings, ensure_policy
 from .streams import ChunkStream, StepStream
 
@@ -51,7 +53,9 @@ class VStarConfig:
         beta1: the V* temperature β1 (paper default 0.5); small → max reward, large → mean reward.
         temperature: sampling temperature of the reference rollouts.
         batch_size: episodes per rollout batch.
-        drop_all_zero: train only on goals where some reference sample scored above 0.
+        goal_filter: which of the stage-1 goals stage 2 trains on: "all"; "nonzero", those where some reference
+            sample earned a reward above 0 (the A*-PO authors drop the rest); "informative", those whose N rewards
+            are not all equal (RAGEN's StarPO-S keeps the high-variance prompts).
         refresh_every: re-estimate V* with the current policy every K training batches (0 = never).
         cache_dir: where V* tables are cached.
         device: where the stage-1 rollouts run: "auto" (CUDA when available, else CPU), "cpu" or "cuda". Not a
@@ -62,7 +66,7 @@ class VStarConfig:
     beta1: float = 0.5
     temperature: float = 1.0
     batch_size: int = 32
-    drop_all_zero: bool = False
+    goal_filter: Literal["all", "nonzero", "informative"] = "all"
     refresh_every: int = 0
     cache_dir: str = "data/vstar"
     device: str = "auto"
@@ -90,13 +94,17 @@ class WebShopRLDataModule(LightningDataModule):
         eval_batch_size: episodes per evaluation rollout batch.
         rollout: how training rollouts sample (and the reply token limit of every rollout).
         vstar: stage-1 settings.
+        anchor_demos: oracle demonstrations of training goals attached to every training batch (per process) for
+            the module's demonstration anchor (``model.anchor_weight``); 0 = none.
+        demo_cache_dir: where those demonstrations are cached.
     """
 
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
                  model_name_or_path: str = "data/models/tiny-sft", tiny: TinyPolicySpec | None = None, seed: int = 0,
                  algorithm: Algorithm = "apo", rollouts_per_goal: int = 1, batch_size: int = 16, train_goals: int = 0,
                  steps_per_epoch: int = 50, val_goals: int = 64, test_goals: int = 0, eval_batch_size: int = 32,
-                 rollout: RolloutSettings = RolloutSettings(), vstar: VStarConfig = VStarConfig()):
+                 rollout: RolloutSettings = RolloutSettings(), vstar: VStarConfig = VStarConfig(),
+                 anchor_demos: int = 0, demo_cache_dir: str = "data/sft"):
         super().__init__()
         if batch_size < 1 or steps_per_epoch < 1 or rollouts_per_goal < 1:
             raise ValueError("batch_size, steps_per_epoch and rollouts_per_goal must be >= 1")
@@ -115,6 +123,9 @@ class WebShopRLDataModule(LightningDataModule):
         self.eval_batch_size = eval_batch_size
         self.rollout = rollout
         self.vstar = vstar
+        self.anchor_demos = anchor_demos
+        self.demo_cache_dir = demo_cache_dir
+        self.demos: list[dict] = []
         self.v_star: VStarTable | None = None
         self.refreshed_at: int | None = None  # the batch whose start last refreshed V* (checkpointed with the table)
         self.goal_pool: list[int] = []
@@ -207,9 +218,16 @@ class WebShopRLDataModule(LightningDataModule):
         self._stage1_to_log = sample_statistics(table.rewards)
         log.info("%s: %s", what, ", ".join(f"{k} {v:.4g}" for k, v in self._stage1_to_log.items()))
 
+    def _demonstrations(self):
+        return demonstration_cache(self.demo_cache_dir, self.env, self.chat, self.reference_model,
+                                   {"train": self.pool()}, self.rollout.max_new_tokens)
+
     def prepare_data(self) -> None:
-        """Once per machine: build the (untrained) tiny policy if the config asks for one and it is missing."""
+        """Once per machine: build the (untrained) tiny policy if the config asks for one and it is missing, and the
+        anchor's demonstrations if asked for."""
         ensure_policy(self.reference_model, self.tiny, self.env, self.chat)
+        if self.anchor_demos:
+            self._demonstrations()
 
     def setup(self, stage: str | None = None) -> None:
         if stage not in ("fit", None):
@@ -217,13 +235,16 @@ class WebShopRLDataModule(LightningDataModule):
         pool = self.pool()
         if self.objective.needs_v_star and self.v_star is None:
             self._set_v_star(self._load_vstar(), "stage 1")
-            if self.vstar.drop_all_zero:
-                dropped = {int(g) for g in self.v_star.drop_all_zero()}
-                pool = [g for g in pool if g not in dropped]
-                log.info("drop_all_zero: %d of %d goals kept", len(pool), len(self.pool()))
+            if self.vstar.goal_filter != "all":
+                table = self.v_star
+                dropped = table.drop_all_zero() if self.vstar.goal_filter == "nonzero" else table.all_equal()
+                pool = [g for g in pool if str(g) not in dropped]
+                log.info("goal_filter %s: %d of %d goals kept", self.vstar.goal_filter, len(pool), len(self.pool()))
         if len(pool) < self.world_size:
             raise ValueError(f"{len(pool)} training goals cannot be shared by {self.world_size} processes")
         self.goal_pool = pool
+        if self.anchor_demos:
+            self.demos = load_demonstrations(self._demonstrations())["train"]
 
     # ------------------------------------------------------------------------------------------------ stage 2
     def goals_for_batch(self, batch_number: int) -> list[int]:
@@ -260,8 +281,8 @@ class WebShopRLDataModule(LightningDataModule):
         """Training batch ``batch_number``: ``rollouts_per_goal`` fresh trajectories of the current policy for each
         of this rank's goals, collated (``rollout.collate.collate_trajectories``), with per trajectory ``v_star``
         (B,) float32 (0 without V*) and ``group`` (B,) int64 (the goal's position in the batch), and
-        ``trajectories``, ``rollout_seconds``, ``batch_number``, and ``stage1`` (the sample statistics of a V*
-        table made since the last batch, else None)."""
+        ``trajectories``, ``rollout_seconds``, ``batch_number``, ``stage1`` (the sample statistics of a V* table
+        made since the last batch, else None), and with ``anchor_demos`` a ``demos`` batch (``pad_batch``)."""
         refresh = self.vstar.refresh_every
         if refresh and batch_number and batch_number % refresh == 0 and self.refreshed_at != batch_number:
             self._refresh_v_star(batch_number)
@@ -280,13 +301,18 @@ class WebShopRLDataModule(LightningDataModule):
         batch["group"] = torch.arange(len(goals)).repeat_interleave(self.rollouts_per_goal)
         batch.update(trajectories=trajectories, rollout_seconds=time.perf_counter() - start,
                      batch_number=batch_number, stage1=self._stage1_to_log)
+        if self.anchor_demos:
+            rng = random.Random(derive_seed(self.seed, "anchor", self.rank, batch_number))
+            demos = rng.sample(self.demos, min(self.anchor_demos, len(self.demos)))
+            batch["demos"] = pad_batch(demos, tokenizer.pad_token_id)
         self._stage1_to_log = None
         return batch
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
         """Tensors of a batch dict to ``device``; trajectories and other Python objects stay as they are."""
         if isinstance(batch, dict):
-            return {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+            return {k: self.transfer_batch_to_device(v, device, dataloader_idx) if isinstance(v, dict) else
+                    (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
         return batch
 
     def train_dataloader(self) -> StepStream:

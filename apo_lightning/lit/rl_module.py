@@ -20,7 +20,7 @@ import torch
 from lightning.pytorch import LightningModule
 from torchmetrics import MeanMetric
 
-from ..apo.logprobs import generated_logprobs, pack_generated
+from ..apo.logprobs import generated_logprobs, generated_nll, pack_generated
 from ..apo.objectives import OBJECTIVES, Algorithm, PackedBatch, kl_statistics
 from ..apo.objectives.apo import APOSettings
 from ..apo.objectives.awr import AWRSettings
@@ -67,6 +67,9 @@ class WebShopRLModule(LightningModule):
         learning_rate: AdamW learning rate.
         weight_decay: AdamW weight decay.
         warmup_steps: linear learning-rate warm-up steps.
+        anchor_weight: λ of a demonstration anchor: add λ · (SFT loss on the oracle demonstrations the data module
+            attaches to each batch, ``data.anchor_demos``) to the objective's loss; 0 = none (as the WebShop paper's
+            RL).
         lora: LoRA settings (rank 0 = full fine-tuning).
         dtype: weights dtype; mixed precision comes from the Trainer's ``precision``.
         sample_trajectories: how many trajectories to log as text every ``text_every`` steps.
@@ -79,7 +82,8 @@ class WebShopRLModule(LightningModule):
     def __init__(self, model_name_or_path: str = "data/models/tiny-sft", algorithm: Algorithm = "apo",
                  apo: APOSettings = APOSettings(), grpo: GRPOSettings = GRPOSettings(),
                  kl_pg: KLPGSettings = KLPGSettings(), awr: AWRSettings = AWRSettings(), learning_rate: float = 1e-4,
-                 weight_decay: float = 0.0, warmup_steps: int = 0, lora: LoraSettings = LoraSettings(),
+                 weight_decay: float = 0.0, warmup_steps: int = 0, anchor_weight: float = 0.0,
+                 lora: LoraSettings = LoraSettings(),
                  dtype: DType = "float32", sample_trajectories: int = 2, text_every: int = 25,
                  results_dir: str | None = None, method_name: str | None = None):
         super().__init__()
@@ -144,18 +148,26 @@ class WebShopRLModule(LightningModule):
         trajectory, with the batch's rewards, V* and groups."""
         n = len(batch["trajectories"])
         tokens, attention, gen_mask = batch["input_ids"], batch["attention_mask"], batch["gen_mask"]
-        logp = generated_logprobs(self.policy, tokens, attention, gen_mask)  # (S, T)
+        logp, entropy = generated_logprobs(self.policy, tokens, attention, gen_mask, with_entropy=True)  # (S, T)
         ref_logp = self.reference_logprobs(tokens, attention, gen_mask)  # (S, T)
         packed_logp, mask = pack_generated(logp, gen_mask, batch["traj_index"], n)  # (B, G)
         packed_ref, _ = pack_generated(ref_logp, gen_mask, batch["traj_index"], n)
         packed_old, _ = pack_generated(batch["old_logp"], gen_mask, batch["traj_index"], n)
+        packed_entropy, _ = pack_generated(entropy, gen_mask, batch["traj_index"], n)
         return PackedBatch(packed_logp, packed_ref, packed_old, mask, batch["reward"], batch["v_star"],
-                           batch["group"])
+                           batch["group"], packed_entropy)
 
     def training_step(self, batch: dict, batch_idx: int):
         packed = self.packed_batch(batch)
         loss, stats = self.objective.loss(packed, self.objective_settings)
         stats.update(kl_statistics(packed))
+        if self.hparams.anchor_weight:
+            if "demos" not in batch:
+                raise ValueError("anchor_weight > 0 needs demonstrations in the batches: set data.anchor_demos")
+            demos = batch["demos"]
+            anchor = generated_nll(self.policy, demos["input_ids"], demos["attention_mask"], demos["gen_mask"])
+            loss = loss + self.hparams.anchor_weight * anchor
+            stats["anchor_loss"] = anchor.detach()
         finite = torch.isfinite(loss).float()
         if self.trainer.world_size > 1:  # every rank must skip together, or DDP waits forever
             finite = self.trainer.strategy.reduce(finite, reduce_op="min")

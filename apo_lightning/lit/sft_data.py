@@ -7,9 +7,8 @@ demonstrations in length-grouped batches (each pass reshuffled with a seed deriv
 takes every ``world_size``-th batch). Like the RL stream, the course is a ``streams.StepStream``: sized, made as
 Lightning asks, and resumable from any checkpoint.
 
-The demonstrations are built once (rank 0, ``prepare_data``), rendered and tokenized by the same rollout engine that
-RL samples with, so the token layout is identical, and cached under ``data/sft`` (plain tensors, loaded with
-``weights_only=True``) with a key over everything they depend on. Validation: the loss on held-out
+The demonstrations are built once (rank 0, ``prepare_data``; ``lit.demos``), rendered and tokenized by the same
+rollout engine that RL samples with, so the token layout is identical, and cached under ``data/sft``. Validation: the loss on held-out
 demonstrations, greedy episodes on validation goals, and (with drills) exact-copy accuracy on drills of held-out
 goals, each from its own loader.
 """
@@ -18,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,15 +25,13 @@ from lightning.pytorch import LightningDataModule
 from transformers import AutoTokenizer
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from ..baselines.demonstrations import oracle_demonstrations
 from ..baselines.drills import DRILL_PAGES, TurnDrills
-from ..models.loading import TOKENIZER_FILES
 from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
 from ..rollout.collate import pad_batch
 from ..rollout.engine import RolloutEngine
-from ..utils.hashing import cache_key, hash_files
 from ..utils.seeds import derive_seed
+from .demos import demonstration_cache, load_demonstrations
 from .settings import EnvConfig, ensure_policy
 from .streams import ChunkStream, StepStream
 
@@ -77,6 +74,9 @@ class SFTDataModule(LightningDataModule):
             0 turns this off.
         eval_batch_size: episodes per rollout batch in that evaluation.
         max_new_tokens: reply token limit, as in RL (a longer oracle reply would be cut there).
+        demo_noise: DART (Laskey et al. 2017): the probability that the demonstrator takes a wrong click at a
+            decision (another product, another option value) and then recovers; the mistake is context, not a
+            target. 0 = the plain oracle. A reference trained on them has seen states off the oracle's path.
         cache_dir: where tokenized demonstrations are cached, keyed by everything they depend on.
     """
 
@@ -84,7 +84,7 @@ class SFTDataModule(LightningDataModule):
                  model_name_or_path: str = "data/models/tiny-init", tiny: TinyPolicySpec | None = None, seed: int = 0,
                  drills: DrillSettings = DrillSettings(), num_demos: int = 2000, demo_epochs: int = 1,
                  num_val_demos: int = 64, batch_size: int = 4, eval_goals: int = 32, eval_batch_size: int = 32,
-                 max_new_tokens: int = 64, cache_dir: str = "data/sft"):
+                 max_new_tokens: int = 64, demo_noise: float = 0.0, cache_dir: str = "data/sft"):
         super().__init__()
         if demo_epochs < 0 or batch_size < 1:
             raise ValueError("demo_epochs must be >= 0 and batch_size >= 1")
@@ -101,6 +101,7 @@ class SFTDataModule(LightningDataModule):
         self.eval_goals = eval_goals
         self.eval_batch_size = eval_batch_size
         self.max_new_tokens = max_new_tokens
+        self.demo_noise = demo_noise
         self.cache_dir = Path(cache_dir)
         self.train_examples: list[dict] = []
         self.val_examples: list[dict] = []
@@ -121,44 +122,20 @@ class SFTDataModule(LightningDataModule):
         return self.env.shop()
 
     # ------------------------------------------------------------------------------------------------ build
-    def _cache_path(self) -> Path:
-        key = cache_key({"data": str(self.shop.data_dir.resolve()), "env": asdict(self.env), "chat": asdict(self.chat),
-                         "num_demos": self.num_demos, "num_val_demos": self.num_val_demos,
-                         "max_new_tokens": self.max_new_tokens,
-                         "tokenizer": hash_files(self.model_name_or_path, TOKENIZER_FILES), "format": "oracle-v3"})
-        return self.cache_dir / f"demos-{key[:16]}.pt"
+    def _demonstrations(self) -> Path:
+        return demonstration_cache(self.cache_dir, self.env, self.chat, self.model_name_or_path,
+                                   {"train": self.env.split("train")[: self.num_demos],
+                                    "val": self.env.split("val")[: self.num_val_demos]},
+                                   self.max_new_tokens, self.demo_noise, self.seed)
 
     def prepare_data(self) -> None:
         """Once per machine: build the tiny policy (untrained) if asked, and the demonstrations if not cached."""
         ensure_policy(self.model_name_or_path, self.tiny, self.env, self.chat)
-        path = self._cache_path()
-        if path.exists():
-            return
-        tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
-        engine = RolloutEngine(_NoModel(), tokenizer, self.chat, max_new_tokens=self.max_new_tokens)
-        envs = self.env.envs(64)
-        data = {}
-        for name, goals in (("train", self.env.split("train")[: self.num_demos]),
-                            ("val", self.env.split("val")[: self.num_val_demos])):
-            demos = oracle_demonstrations(engine, envs, goals)
-            segments = [(t.goal_index, s) for t in demos for s in t.segments]
-            data[name] = {"input_ids": [torch.tensor(s.token_ids, dtype=torch.int32) for _, s in segments],
-                          "gen_mask": [torch.tensor(s.gen_mask, dtype=torch.uint8) for _, s in segments],
-                          "goal_index": [g for g, _ in segments]}
-            log.info("%d %s demonstrations from %d goals", len(demos), name, len(goals))
-        from ..utils.files import atomic_write
-
-        with atomic_write(path, "wb") as f:
-            torch.save(data, f)
+        self._demonstrations()
 
     def setup(self, stage: str | None = None) -> None:
-        data = torch.load(self._cache_path(), weights_only=True)
-
-        def examples(part: dict) -> list[dict]:
-            return [{"input_ids": ids.tolist(), "gen_mask": mask.tolist(), "goal_index": g}
-                    for ids, mask, g in zip(part["input_ids"], part["gen_mask"], part["goal_index"])]
-
-        self.train_examples, self.val_examples = examples(data["train"]), examples(data["val"])
+        examples = load_demonstrations(self._demonstrations())
+        self.train_examples, self.val_examples = examples["train"], examples["val"]
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
         train = self.env.split("train")
         held_out = max(1, min(self.drills.held_out_goals, len(train) // 10))
@@ -240,12 +217,3 @@ class SFTDataModule(LightningDataModule):
             loaders.append(ChunkStream([list(DRILL_PAGES)], 1, lambda chunk: self._drill_check_batch(chunk[0])))
         return loaders
 
-
-class _NoModel:
-    """Stands in for the model when the engine only renders demonstrations (it is never called)."""
-
-    training = False
-    generation_config = None
-
-    def eval(self) -> None:
-        pass

@@ -35,6 +35,8 @@ class SFTModule(LightningModule):
         weight_decay: AdamW weight decay (matrices only).
         warmup_steps: linear warm-up steps.
         constant_steps: steps at the peak rate before the cosine decay (linked from ``data.drills.steps``).
+        label_smoothing: ε of the cross-entropy (0 = none): a reference that keeps probability off its demonstrated
+            actions samples alternatives, which on-policy RL needs to find anything greedy decoding misses.
         dtype: policy weights dtype; use the Trainer's precision for mixed precision.
         export_dtype: the dtype of the exported weights (``bfloat16`` for a reference policy kept in the repository);
             None = the training dtype.
@@ -42,7 +44,8 @@ class SFTModule(LightningModule):
 
     def __init__(self, model_name_or_path: str = "data/models/tiny-init", export_dir: str | None = "data/models/tiny-sft",
                  learning_rate: float = 2e-3, weight_decay: float = 0.01, warmup_steps: int = 20,
-                 constant_steps: int = 0, dtype: DType = "float32", export_dtype: DType | None = None):
+                 constant_steps: int = 0, label_smoothing: float = 0.0, dtype: DType = "float32",
+                 export_dtype: DType | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.policy = None
@@ -61,7 +64,8 @@ class SFTModule(LightningModule):
         return self.policy, self.tokenizer
 
     def _loss(self, batch: dict) -> torch.Tensor:
-        return generated_nll(self.policy, batch["input_ids"], batch["attention_mask"], batch["gen_mask"])
+        return generated_nll(self.policy, batch["input_ids"], batch["attention_mask"], batch["gen_mask"],
+                             self.hparams.label_smoothing)
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)

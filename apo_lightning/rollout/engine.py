@@ -91,7 +91,8 @@ class RolloutEngine:
     # ------------------------------------------------------------------------------------------------ rollout
     @torch.no_grad()
     def rollout(self, envs: Sequence[WebShopEnv], goal_indices: Sequence[int], seed: int,
-                demonstrators: Sequence[Callable[[WebShopEnv], str]] | None = None) -> list[Trajectory]:
+                demonstrators: Sequence[Callable[[WebShopEnv], str | tuple[str, bool]]] | None = None
+                ) -> list[Trajectory]:
         """Play one episode per (env, goal index) in lockstep and return the trajectories (same order).
 
         Args:
@@ -100,7 +101,9 @@ class RolloutEngine:
             seed: seeds sampling (derive it per call, rank and purpose with ``utils.seeds.derive_seed``).
             demonstrators: instead of sampling, take each episode's replies as text from a demonstrator
                 (``env -> reply``, e.g. the oracle for SFT). Their tokens are encoded from that text, masked 1 as
-                the tokens to imitate, with log-prob 0. The model is not called.
+                the tokens to imitate, with log-prob 0. The model is not called. A demonstrator may return
+                ``(reply, False)`` for a reply that is context only (masked 0: a deliberate mistake a DART
+                demonstration recovers from, not something to imitate).
 
         Raises:
             ValueError: lengths differ, or an env has no step limit.
@@ -126,16 +129,19 @@ class RolloutEngine:
             if not live:
                 break
             t = time.perf_counter()
+            imitate = [True] * len(live)
             if demonstrators is None:
                 prompts = [ep.trajectory.segments[-1].token_ids for ep in live]
                 replies = self.generate(prompts, generator, [ep.past for ep in live])
             else:
-                texts = [demonstrators[i](ep.env) for i, ep in enumerate(episodes) if not ep.done]
+                shown = [demonstrators[i](ep.env) for i, ep in enumerate(episodes) if not ep.done]
+                texts = [x if isinstance(x, str) else x[0] for x in shown]
+                imitate = [isinstance(x, str) or bool(x[1]) for x in shown]
                 replies = [(ids, [0.0] * len(ids), "answer", None) for ids in map(self.segmenter.encode, texts)]
             forward_s += time.perf_counter() - t
-            for ep, (ids, logp, stop, past) in zip(live, replies):
+            for ep, (ids, logp, stop, past), target in zip(live, replies, imitate):
                 gen_tokens += len(ids)
-                restarted = self._apply_reply(ep, ids, logp, stop)
+                restarted = self._apply_reply(ep, ids, logp, stop, target)
                 ep.past = None if restarted or ep.done else past  # a rebuilt context starts afresh
 
         if was_training:
@@ -156,13 +162,14 @@ class RolloutEngine:
         ep.history.full_message = self.chat.turn_message(env.num_steps + 1, left, ep.observation,
                                                          env.available_actions(), None, last_action)
 
-    def _apply_reply(self, ep: _Episode, ids: list[int], logp: list[float], stop: str) -> bool:
-        """Record a sampled reply, step the env with its action (a no-op if none), prepare the next turn.
+    def _apply_reply(self, ep: _Episode, ids: list[int], logp: list[float], stop: str, target: bool = True) -> bool:
+        """Record a reply (``target``: masked 1, a token to learn), step the env with its action (a no-op if none),
+        prepare the next turn.
 
         Returns:
             True when the next turn starts a new segment (its KV cache is not reusable).
         """
-        ep.trajectory.segments[-1].append(ids, generated=True, logp=logp)
+        ep.trajectory.segments[-1].append(ids, generated=target, logp=logp)
         reply = self.tokenizer.decode(ids, skip_special_tokens=True)
         parsed: ParsedReply = parse_reply(reply)
         observation, score, done, info = ep.env.step(parsed.action if parsed.action is not None else "")

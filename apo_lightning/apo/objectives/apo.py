@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ..checks import masked, require_batch_vector, require_ndim, require_positive_finite, require_same_shape
-from .base import Objective, PackedBatch
+from .base import Objective, PackedBatch, masked_token_mean
 
 
 @dataclass
@@ -22,9 +22,12 @@ class APOSettings:
     Args:
         beta2: the stage-2 KL temperature β2 (paper default 1e-3). The regression target of a trajectory's summed
             log-ratio is ``(r − V*)/β2``; larger β2 keeps the policy nearer π_ref, which suits short action replies.
+        entropy_coef: subtract this times the policy's mean entropy per generated token from the loss (the
+            authors' trainer: 0.001); 0 = the regression alone.
     """
 
     beta2: float = 1e-3
+    entropy_coef: float = 0.0
 
 
 def apo_loss(
@@ -93,6 +96,10 @@ def apo_loss(
 def _loss(batch: PackedBatch, settings: APOSettings) -> tuple[Tensor, dict[str, Tensor]]:
     loss, stats = apo_loss(batch.logp, batch.ref_logp, batch.mask, batch.reward, batch.v_star, settings.beta2)
     stats["v_star_mean"] = batch.v_star.mean()
+    if settings.entropy_coef:
+        if batch.entropy is None:
+            raise ValueError("entropy_coef > 0 needs the policy's entropy in the batch")
+        loss = loss - settings.entropy_coef * masked_token_mean(batch.entropy, batch.mask)
     return loss, stats
 
 

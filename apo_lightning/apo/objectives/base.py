@@ -26,6 +26,7 @@ class PackedBatch:
         reward: (B,) float32, the trajectory reward r(x, y) (score or success plus format penalties).
         v_star: (B,) float32, V*(x) of each trajectory's goal (0 when the objective needs no V*).
         group: (B,) int64, the same id for the trajectories of one goal (GRPO's groups).
+        entropy: (B, G) float32, the policy's entropy at each generated position (nats), with gradients; 0 on padding.
     """
 
     logp: Tensor
@@ -35,6 +36,7 @@ class PackedBatch:
     reward: Tensor
     v_star: Tensor
     group: Tensor
+    entropy: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -72,16 +74,26 @@ def k3_kl(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:
     return torch.exp(d) - d - 1.0
 
 
+def masked_token_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``values`` (B, G) over the positions where ``mask`` is non-zero (0 when there are none)."""
+    mask = mask.bool()
+    return torch.where(mask, values.float(), 0.0).sum() / mask.sum().clamp(min=1)
+
+
 def kl_statistics(batch: PackedBatch) -> dict[str, Tensor]:
     """The policy's distance from π_ref on a batch, the same quantities for every objective (``train/...``).
 
     Returns:
         Detached 0-d float32 tensors: ``kl``, the mean over trajectories of ``Σ_t k3`` (:func:`k3_kl`; the KL of a
-        whole trajectory, nats, ≥ 0), and ``log_ratio``, the mean of ``Σ_t (log π − log π_ref)`` (the k1
-        estimator of the same, unbiased but noisy, can be < 0).
+        whole trajectory, nats, ≥ 0); ``log_ratio``, the mean of ``Σ_t (log π − log π_ref)`` (the k1 estimator of
+        the same, unbiased but noisy, can be < 0); and ``entropy``, the policy's mean entropy per generated token
+        (when the batch has it).
     """
     with torch.no_grad():
         mask = batch.mask.bool()
         k3 = k3_kl(batch.logp.detach(), batch.ref_logp, mask).sum(dim=-1)  # (B,)
         k1 = torch.where(mask, batch.logp.detach().float() - batch.ref_logp.float(), 0.0).sum(dim=-1)  # (B,)
-        return {"kl": k3.mean(), "log_ratio": k1.mean()}
+        stats = {"kl": k3.mean(), "log_ratio": k1.mean()}
+        if batch.entropy is not None:
+            stats["entropy"] = masked_token_mean(batch.entropy.detach(), mask)
+        return stats

@@ -1,0 +1,86 @@
+"""Oracle demonstrations as training examples, built once and cached: the SFT course's demonstrations and the RL
+demonstration anchor read them from here.
+
+The examples are rendered and tokenized by the rollout engine that RL samples with (so the token layout is
+identical) and stored as plain tensors (loaded with ``weights_only=True``) under a key over everything they depend on:
+the data, the env and prompt settings, the goals, the reply token limit, the tokenizer files and the DART noise.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from transformers import AutoTokenizer
+
+from ..baselines.demonstrations import oracle_demonstrations
+from ..models.loading import TOKENIZER_FILES
+from ..rollout.chat import ChatFormat
+from ..rollout.engine import RolloutEngine
+from ..utils.files import atomic_write
+from ..utils.hashing import cache_key, hash_files
+from .settings import EnvConfig
+
+log = logging.getLogger(__name__)
+
+
+class _NoModel:
+    """Stands in for the model when the engine only renders demonstrations (it is never called)."""
+
+    training = False
+    generation_config = None
+
+    def eval(self) -> None:
+        pass
+
+
+def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat, tokenizer_dir: str,
+                        goal_sets: dict[str, Sequence[int]], max_new_tokens: int, noise: float = 0.0,
+                        seed: int = 0) -> Path:
+    """Build (once) and return the cache file of successful oracle demonstrations on each named goal set.
+
+    Args:
+        cache_dir: where the file goes.
+        env, chat: the env and prompt settings the demonstrations are rendered with.
+        tokenizer_dir: the policy directory whose tokenizer encodes them.
+        goal_sets: name -> goal indices, e.g. ``{"train": [...], "val": [...]}``.
+        max_new_tokens: the reply token limit (a longer reply would be cut there, as in a rollout).
+        noise: DART's mistake probability per decision (``baselines.demonstrations``); 0 = the plain oracle.
+        seed: seeds the mistakes.
+
+    Returns:
+        The file; :func:`load_demonstrations` reads it.
+    """
+    key = cache_key({"data": str(env.shop().data_dir.resolve()), "env": asdict(env), "chat": asdict(chat),
+                     "goals": {k: list(v) for k, v in goal_sets.items()}, "max_new_tokens": max_new_tokens,
+                     "tokenizer": hash_files(tokenizer_dir, TOKENIZER_FILES), "noise": noise,
+                     "seed": seed if noise else 0, "format": "oracle-v4"})
+    path = Path(cache_dir) / f"demos-{key[:16]}.pt"
+    if path.exists():
+        return path
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    engine = RolloutEngine(_NoModel(), tokenizer, chat, max_new_tokens=max_new_tokens)
+    envs = env.envs(64)
+    data = {}
+    for name, goals in goal_sets.items():
+        demos = oracle_demonstrations(engine, envs, list(goals), noise=noise, seed=seed)
+        segments = [(t.goal_index, s) for t in demos for s in t.segments]
+        data[name] = {"input_ids": [torch.tensor(s.token_ids, dtype=torch.int32) for _, s in segments],
+                      "gen_mask": [torch.tensor(s.gen_mask, dtype=torch.uint8) for _, s in segments],
+                      "goal_index": [g for g, _ in segments]}
+        log.info("%d %s demonstrations from %d goals", len(demos), name, len(goals))
+    with atomic_write(path, "wb") as f:
+        torch.save(data, f)
+    return path
+
+
+def load_demonstrations(path: str | Path) -> dict[str, list[dict]]:
+    """The examples of a :func:`demonstration_cache` file: per goal set, dicts of ``input_ids``, ``gen_mask`` (lists)
+    and ``goal_index``, as ``rollout.collate.pad_batch`` takes them."""
+    data = torch.load(path, weights_only=True)
+    return {name: [{"input_ids": ids.tolist(), "gen_mask": mask.tolist(), "goal_index": g}
+                   for ids, mask, g in zip(part["input_ids"], part["gen_mask"], part["goal_index"])]
+            for name, part in data.items()}
