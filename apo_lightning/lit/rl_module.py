@@ -211,31 +211,23 @@ class WebShopRLModule(LightningModule):
             experiment.add_text(f"samples/trajectory_{i}", "\n".join(lines), self.global_step)
 
     # ------------------------------------------------------------------------------------------------ evaluation
-    @staticmethod
-    def _update(trajectories: list[Trajectory], success: MeanMetric, score: MeanMetric) -> None:
-        for t in trajectories:
-            success.update(float(t.success))
-            score.update(100.0 * t.score)
-
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._update(batch["trajectories"], self.val_success, self.val_score)
-
-    def on_validation_epoch_end(self) -> None:
-        # MeanMetric objects: their compute() reduces over every rank's episodes (weighted by episodes)
-        self.log("val/success_rate", self.val_success.compute(), prog_bar=True)
-        self.log("val/score", self.val_score.compute(), prog_bar=True)
-        self.val_success.reset()
-        self.val_score.reset()
+        # the metric objects reduce over every rank's episodes (weighted by episodes) when the epoch ends
+        n = len(batch["trajectories"])
+        self.val_success.update(torch.tensor([float(t.success) for t in batch["trajectories"]]))
+        self.val_score.update(torch.tensor([100.0 * t.score for t in batch["trajectories"]]))
+        self.log("val/success_rate", self.val_success, on_epoch=True, prog_bar=True, batch_size=n)
+        self.log("val/score", self.val_score, on_epoch=True, prog_bar=True, batch_size=n)
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._update(batch["trajectories"], self.test_success, self.test_score)
+        n = len(batch["trajectories"])
+        self.test_success.update(torch.tensor([float(t.success) for t in batch["trajectories"]]))
+        self.test_score.update(torch.tensor([100.0 * t.score for t in batch["trajectories"]]))
+        self.log("test/success_rate", self.test_success, on_epoch=True, batch_size=n)
+        self.log("test/score", self.test_score, on_epoch=True, batch_size=n)
         self._test_trajectories += batch["trajectories"]
 
     def on_test_epoch_end(self) -> None:
-        self.log("test/success_rate", self.test_success.compute())
-        self.log("test/score", self.test_score.compute())
-        self.test_success.reset()
-        self.test_score.reset()
         trajectories = self._test_trajectories
         if self.trainer.world_size > 1:
             gathered = [None] * self.trainer.world_size

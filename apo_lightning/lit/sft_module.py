@@ -11,7 +11,7 @@ import logging
 
 import torch
 from lightning.pytorch import LightningModule
-from torchmetrics import MeanMetric, SumMetric
+from torchmetrics import MeanMetric
 from transformers import get_wsd_schedule
 
 from ..apo.logprobs import generated_nll
@@ -51,8 +51,7 @@ class SFTModule(LightningModule):
         self.policy = None
         self.tokenizer = None
         self.val_loss = MeanMetric()
-        self.val_success, self.val_score = MeanMetric(), MeanMetric()
-        self.val_turns, self.val_invalid = SumMetric(), SumMetric()
+        self.val_success, self.val_score, self.val_invalid = MeanMetric(), MeanMetric(), MeanMetric()
 
     def configure_model(self) -> None:
         if self.policy is None:
@@ -81,16 +80,24 @@ class SFTModule(LightningModule):
 
     # ------------------------------------------------------------------------------------------------ validation
     def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        # metric objects, logged as such: they reduce over every rank's examples and episodes (weighted by count,
+        # not averaged per rank) when the validation ends
         if "trajectories" in batch:
-            for t in batch["trajectories"]:
-                self.val_success.update(float(t.success))
-                self.val_score.update(100.0 * t.score)
-                self.val_turns.update(len(t.turns))
-                self.val_invalid.update(sum(turn.action is None for turn in t.turns))
+            trajectories = batch["trajectories"]
+            n = len(trajectories)
+            self.val_success.update(torch.tensor([float(t.success) for t in trajectories]))
+            self.val_score.update(torch.tensor([100.0 * t.score for t in trajectories]))
+            self.val_invalid.update(torch.tensor([float(turn.action is None) for t in trajectories for turn in t.turns]))
+            for name, metric in (("success_rate", self.val_success), ("score", self.val_score),
+                                 ("invalid_reply_rate", self.val_invalid)):
+                self.log(f"val/{name}", metric, on_epoch=True, batch_size=n, add_dataloader_idx=False,
+                         prog_bar=name == "success_rate")
         elif "drill_checks" in batch:
             self._copy_accuracy(batch["drill_checks"])
         else:
-            self.val_loss.update(self._loss(batch), weight=batch["input_ids"].shape[0])
+            n = batch["input_ids"].shape[0]
+            self.val_loss.update(self._loss(batch), weight=n)
+            self.log("val/loss", self.val_loss, on_epoch=True, batch_size=n, add_dataloader_idx=False, prog_bar=True)
 
     @torch.no_grad()
     def _copy_accuracy(self, checks: dict[str, list[dict]]) -> None:
@@ -107,18 +114,6 @@ class SFTModule(LightningModule):
                 correct += out[0, first:].tolist() == target
             self.log(f"val/copy_{kind}", correct / len(drills), add_dataloader_idx=False, sync_dist=True,
                      batch_size=len(drills))
-
-    def on_validation_epoch_end(self) -> None:
-        # metric objects reduce over every rank's examples and episodes (weighted by count, not averaged per rank)
-        if self.val_loss.update_count:
-            self.log("val/loss", self.val_loss.compute(), prog_bar=True)
-        if self.val_success.update_count:
-            self.log("val/success_rate", self.val_success.compute(), prog_bar=True)
-            self.log("val/score", self.val_score.compute())
-            turns = self.val_turns.compute()
-            self.log("val/invalid_reply_rate", self.val_invalid.compute() / turns.clamp(min=1))
-        for metric in (self.val_loss, self.val_success, self.val_score, self.val_turns, self.val_invalid):
-            metric.reset()
 
     # ------------------------------------------------------------------------------------------------ optimizer
     def configure_optimizers(self):

@@ -1,0 +1,139 @@
+"""How fast each objective learns per trajectory sampled: A*-PO against GRPO (and any other objective) from the same
+reference policy, at equal stage-2 trajectories, over several run seeds.
+
+    python benchmarks/learning_speed.py                                   # quick start: the format signal
+    python benchmarks/learning_speed.py --setting real --trajectories 1536 --processes 2
+
+Each (objective, seed) trains in its own process (``cli.py fit``, no validation, no checkpoints) for as many steps as
+``--trajectories`` allows: a step samples ``goals × rollouts per goal`` trajectories, and with a V* refresh
+(``--refresh-every``) its rollouts count too, so every objective samples the same number. From each run's
+TensorBoard log it reads the per-step ``rollout/*`` and ``train/kl`` scalars and reports, averaged over the first and
+the last sixth of the steps: the invalid-reply rate (the quick start's π_ref earns only the format penalty, so that
+is its signal), the reward and the success rate; and the KL to π_ref at the end. Prints one line per run, a table of
+means over seeds with their ranges, and last one JSON object with every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SETTINGS = {
+    # the quick start: synthetic catalog, its shipped reference policy
+    "quickstart": {"config": "configs/quickstart.yaml", "goals": 8, "group": 4},
+    # the real 1k data: the shipped reference policy of configs/webshop_1k_cpu.yaml
+    "real": {"config": "configs/webshop_1k.yaml", "overlay": "configs/webshop_1k_cpu.yaml", "goals": 16, "group": 4},
+}
+
+
+def scalars(log_dir: Path) -> dict[str, list[float]]:
+    """Every scalar tag of a TensorBoard log directory, in step order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: [e.value for e in sorted(events.Scalars(tag), key=lambda e: e.step)]
+            for tag in events.Tags()["scalars"]}
+
+
+def sixths(values: list[float]) -> tuple[float, float]:
+    """Means of the first and the last sixth of ``values`` (at least one value each)."""
+    k = max(1, len(values) // 6)
+    return statistics.fmean(values[:k]), statistics.fmean(values[-k:])
+
+
+def run(args: argparse.Namespace, objective: str, seed: int, workdir: Path) -> dict:
+    """One training run; returns its figures."""
+    setting = SETTINGS[args.setting]
+    goals = setting["goals"] // (setting["group"] if objective == "grpo" else 1)
+    per_step = goals * (setting["group"] if objective == "grpo" else 1) * args.processes
+    steps = args.trajectories // per_step
+    if args.refresh_every and objective != "grpo":  # refresh rollouts: train_goals x N every refresh_every steps
+        refresh_cost = args.train_goals * args.refresh_samples
+        steps = int(args.trajectories // (per_step + refresh_cost / args.refresh_every))
+    configs = [str(REPO / setting["config"])] + ([str(REPO / setting["overlay"])] if "overlay" in setting else [])
+    command = [sys.executable, str(REPO / "cli.py"), "fit", *[a for c in configs for a in ("--config", c)],
+               f"--seed_everything={seed}", f"--model.algorithm={objective}", f"--data.batch_size={goals}",
+               f"--trainer.max_steps={steps}", f"--data.steps_per_epoch={steps}", "--trainer.limit_val_batches=0",
+               "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false",
+               f"--trainer.devices={args.processes}", f"--trainer.strategy={'ddp' if args.processes > 1 else 'auto'}",
+               f"--trainer.default_root_dir={workdir}", f"--trainer.logger.init_args.save_dir={workdir}",
+               f"--trainer.logger.init_args.name={objective}-{seed}", f"--run_name={objective}-{seed}",
+               f"--data.train_goals={args.train_goals}", f"--num_threads={args.threads}", *args.extra]
+    if objective == "grpo":
+        command.append(f"--model.grpo.group_size={setting['group']}")
+    if args.refresh_every and objective != "grpo":
+        command += [f"--data.vstar.refresh_every={args.refresh_every}", f"--data.vstar.num_samples={args.refresh_samples}"]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, cwd=workdir, env={**os.environ, "PYTHONPATH": str(REPO)},
+                   stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - start
+    (log_dir,) = (workdir / f"{objective}-{seed}").glob("version_*")
+    values = scalars(log_dir)
+    result = {"objective": objective, "seed": seed, "steps": steps, "trajectories": steps * per_step,
+              "seconds": round(seconds, 1)}
+    for tag in ("rollout/invalid_reply_rate", "rollout/reward", "rollout/success_rate"):
+        first, last = sixths(values[tag])
+        result[tag.split("/")[1]] = [round(first, 4), round(last, 4)]
+    result["kl_end"] = round(sixths(values["train/kl"])[1], 3)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--setting", choices=sorted(SETTINGS), default="quickstart")
+    parser.add_argument("--objectives", nargs="+", default=["apo", "grpo"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--trajectories", type=int, default=960, help="stage-2 trajectories per run (all ranks)")
+    parser.add_argument("--train-goals", type=int, default=16)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--refresh-every", type=int, default=0, help="A*-PO V* refresh every K steps (0 = none)")
+    parser.add_argument("--refresh-samples", type=int, default=4)
+    parser.add_argument("--workdir", default=None, help="keep the runs' logs here (default: a temporary folder)")
+    parser.add_argument("extra", nargs="*", help="more cli.py overrides for every run, e.g. --model.apo.beta2=0.5")
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(args.workdir or tmp).resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        for seed in args.seeds:
+            for objective in args.objectives:
+                result = run(args, objective, seed, workdir)
+                results.append(result)
+                print(f"{objective:6s} seed {seed}: invalid replies {result['invalid_reply_rate'][0]:.1%} -> "
+                      f"{result['invalid_reply_rate'][1]:.1%}, reward {result['reward'][0]:+.3f} -> "
+                      f"{result['reward'][1]:+.3f}, success {result['success_rate'][0]:.1%} -> "
+                      f"{result['success_rate'][1]:.1%}, KL {result['kl_end']:.2f}, {result['trajectories']} "
+                      f"trajectories in {result['seconds']:.0f} s", flush=True)
+    print("\n| objective | invalid replies, first → last sixth | reward | success | KL at the end | seeds |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    summary = {}
+    for objective in args.objectives:
+        mine = [r for r in results if r["objective"] == objective]
+        row = {}
+        for key in ("invalid_reply_rate", "reward", "success_rate"):
+            row[key] = [statistics.fmean(r[key][i] for r in mine) for i in (0, 1)]
+        row["kl_end"] = [statistics.fmean(r["kl_end"] for r in mine), min(r["kl_end"] for r in mine),
+                         max(r["kl_end"] for r in mine)]
+        row["drop_in_invalid_replies"] = [r["invalid_reply_rate"][0] - r["invalid_reply_rate"][1] for r in mine]
+        summary[objective] = row
+        print(f"| {objective} | {row['invalid_reply_rate'][0]:.1%} → {row['invalid_reply_rate'][1]:.1%} "
+              f"(drop {min(row['drop_in_invalid_replies']):.1%} … {max(row['drop_in_invalid_replies']):.1%}) | "
+              f"{row['reward'][0]:+.3f} → {row['reward'][1]:+.3f} | {row['success_rate'][0]:.1%} → "
+              f"{row['success_rate'][1]:.1%} | {row['kl_end'][0]:.2f} ({row['kl_end'][1]:.2f} … "
+              f"{row['kl_end'][2]:.2f}) | {len(mine)} |")
+    print(json.dumps({"setting": args.setting, "trajectories": args.trajectories, "runs": results,
+                      "summary": summary}))
+
+
+if __name__ == "__main__":
+    main()
