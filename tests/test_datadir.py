@@ -23,6 +23,10 @@ def test_empty_explicit_and_empty_variable_count_as_unset(tmp_path):
     path, text = resolve_data_dir("", environ={ENV_VAR: ""}, cwd=tmp_path)
     assert path is None
     assert "synthetic catalog" in text
+    # unset, not a request for the synthetic catalog: the rule goes on to its next step
+    assert resolve_data_dir("", environ={ENV_VAR: "/from/env"}, cwd=tmp_path)[0] == Path("/from/env")
+    (tmp_path / "data" / "webshop_1k").mkdir(parents=True)
+    assert resolve_data_dir("", environ={ENV_VAR: ""}, cwd=tmp_path)[0] == tmp_path / "data" / "webshop_1k"
 
 
 def test_default_folder_in_the_current_directory(tmp_path, monkeypatch):
@@ -40,6 +44,9 @@ def test_default_folder_must_be_a_folder(tmp_path):
     (tmp_path / "data" / "webshop_1k").write_text("not a folder")
     path, _ = resolve_data_dir(None, environ={}, cwd=tmp_path)
     assert path is None
+    (tmp_path / "data" / "webshop_1k").unlink()
+    (tmp_path / "data" / "webshop_1k").mkdir()  # the same name as a folder is found
+    assert resolve_data_dir(None, environ={}, cwd=tmp_path)[0] == tmp_path / "data" / "webshop_1k"
 
 
 def test_synthetic_when_nothing_is_set(tmp_path):

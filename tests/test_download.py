@@ -7,6 +7,7 @@ honours ``Range`` (unless told not to) and can corrupt, truncate or cut off a fi
 import gzip
 import io
 import json
+import os
 import re
 import socket
 import tarfile
@@ -142,12 +143,24 @@ def test_download_verifies_and_installs(tmp_path, server, manifest, originals):
     assert sorted(path for path, _, _ in server.requests) == sorted(f"/{name}" for name in manifest)
 
 
+def identities(folder):
+    """name -> (inode, mtime) of every file in ``folder``: what an install (a rename over the file) changes."""
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+
 def test_second_run_downloads_nothing(tmp_path, server, manifest):
     fetch(tmp_path, [server.url], manifest)
+    assert len(server.requests) == len(manifest)  # the server sees each download, so a second run's would show
+    for path in tmp_path.iterdir():
+        os.utime(path, ns=(10**18, 10**18))  # a stamp from 2001: any write from now on changes it
+    installed = identities(tmp_path)
     server.requests.clear()
     outcomes = fetch(tmp_path, [server.url], manifest)
     assert [o.action for o in outcomes] == ["present"] * len(manifest)
     assert server.requests == []  # not one HTTP request
+    assert identities(tmp_path) == installed  # and not one file rewritten ...
+    (tmp_path / INS).write_bytes((tmp_path / INS).read_bytes())
+    assert identities(tmp_path)[INS] != installed[INS]  # ... which even a rewrite of the same bytes would show
 
 
 @pytest.mark.parametrize("damage", ["one_byte_changed", "truncated"])

@@ -52,6 +52,10 @@ def test_a_spliced_search_drill_copies_the_spliced_instruction_without_its_price
     prompt = tokenizer.decode(drill["input_ids"][:first])
     query = parse_reply(tokenizer.decode(drill["input_ids"][first:], skip_special_tokens=True)).action[7:-1]
     assert f"Instruction: {query}" in prompt and "price lower than" not in query
+    # the instruction shown is a splice, not a goal's own (which an unspliced drill would show and copy just as well)
+    shown = prompt.split("Instruction: ", 1)[1].split("\n", 1)[0]
+    assert shown.startswith(query) and "price lower than" in shown
+    assert shown not in {drills.shop.goals[i]["instruction_text"] for i in drills.goal_indices}
 
 
 def test_splice_keeps_the_price_clause_whole():

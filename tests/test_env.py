@@ -50,6 +50,9 @@ def test_malformed_actions_are_no_ops(shop, action):
     assert (obs, reward, done) == (first, 0.0, False)
     assert env.available_actions() == before
     assert info["valid"] is False
+    # a real action on the same env changes the page, so the comparisons above would have seen one
+    obs, _, _, info = env.step("search[shoes]")
+    assert info["valid"] and obs != first and env.available_actions() != before
 
 
 def test_search_runs_on_any_page_and_non_ascii_is_harmless(shop):

@@ -36,19 +36,32 @@ def _tiny_qwen_and_segments():
     return model, input_ids, attention_mask, gen_mask
 
 
+def _grads(model, loss):
+    """{parameter name: its gradient from ``loss`` (None if it gets none)}, leaving the model's grads cleared."""
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    grads = {name: None if p.grad is None else p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
 def test_generated_logprobs_match_the_full_logits_path():
     """Head + log-softmax at generated positions only (no mask on a right-padded batch) = the full-logits
     log-probs on every generated token, 0 elsewhere, with gradients (each segment runs cut to its length)."""
 
     model, input_ids, attention_mask, gen_mask = _tiny_qwen_and_segments()
     full = token_logprobs(model(input_ids=input_ids, attention_mask=attention_mask).logits, input_ids) * gen_mask
+    assert (full[gen_mask == 1] < 0).all()  # a path that returned zeros would not match
     fast = generated_logprobs(model, input_ids, attention_mask, gen_mask)
     assert torch.allclose(fast, full, atol=1e-5)
     padded = generated_logprobs(model, input_ids, attention_mask, gen_mask, per_segment=False)
     assert torch.allclose(padded, full, atol=1e-5)
     assert (fast[gen_mask == 0] == 0).all()
-    fast.sum().backward()
-    assert model.model.embed_tokens.weight.grad is not None
+    # every parameter gets the full path's gradient (not just some gradient: a detached head weight would pass that)
+    expected = _grads(model, full.sum())
+    assert all(g is not None and g.abs().sum() > 0 for g in expected.values())
+    for name, grad in _grads(model, fast.sum()).items():
+        assert grad is not None and torch.allclose(grad, expected[name], atol=1e-5), name
 
 
 def test_generated_nll_is_the_sft_loss_with_its_gradients():
@@ -56,14 +69,11 @@ def test_generated_nll_is_the_sft_loss_with_its_gradients():
     with no generated target token is refused as sft_loss refuses it."""
     model, input_ids, attention_mask, gen_mask = _tiny_qwen_and_segments()
     full = sft_loss(model(input_ids=input_ids, attention_mask=attention_mask).logits, input_ids, gen_mask)
-    full.backward()
-    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
-    model.zero_grad(set_to_none=True)
+    expected = _grads(model, full)
     fast = generated_nll(model, input_ids, attention_mask, gen_mask)
-    fast.backward()
     assert fast.dtype == torch.float32 and fast.item() == pytest.approx(full.item(), abs=1e-5)
-    for name, p in model.named_parameters():
-        assert torch.allclose(p.grad, expected[name], atol=1e-5), name
+    for name, grad in _grads(model, fast).items():
+        assert grad is not None and torch.allclose(grad, expected[name], atol=1e-5), name
     only_first = torch.zeros_like(gen_mask)
     only_first[:, 0] = 1  # token 0 has no prediction: nothing to learn
     with pytest.raises(ValueError, match="no generated target token"):

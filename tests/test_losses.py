@@ -105,6 +105,15 @@ def test_apo_loss_masked_tokens_do_not_matter():
     assert loss_b.item() == pytest.approx(loss_a.item(), abs=1e-7)
     assert torch.equal(grad_a, grad_b)
     assert all(torch.isfinite(v) for v in stats_b.values())
+    # ... while the same change in a generated slot moves both (so the two comparisons above can fail):
+    # logp[0, 0] − 1 makes row 0's log-ratio −0.5, its residual −0.8 and the loss (0.64 + 0.36) / 2 = 0.5
+    logp_c = logp.detach().clone()
+    logp_c[0, 0] -= 1.0
+    logp_c.requires_grad_(True)
+    loss_c, _ = apo_loss(logp_c, ref, mask, reward, v_star, beta2=0.1)
+    (grad_c,) = torch.autograd.grad(loss_c, logp_c)
+    assert loss_c.item() == pytest.approx(0.5, abs=1e-6) and loss_a.item() == pytest.approx(0.425, abs=1e-6)
+    assert not torch.equal(grad_c, grad_a)
 
 
 def test_apo_loss_validates():

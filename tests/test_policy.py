@@ -138,6 +138,10 @@ def test_tokenizer_reload_and_determinism(tmp_path, tokenizer):
     assert shuffled.get_vocab() == tokenizer.get_vocab()
     sample = "Navy blue running shoes for men, size 9.5"
     assert shuffled(sample)["input_ids"] == tokenizer(sample)["input_ids"]
+    # another corpus gives another vocabulary and encoding: the two comparisons above can fail
+    other = train_tiny_tokenizer(shopping_texts(seed=1), tmp_path / "other", vocab_size=512)
+    assert other.get_vocab() != tokenizer.get_vocab()
+    assert other(sample)["input_ids"] != tokenizer(sample)["input_ids"]
 
 
 def test_tokenizer_rejects_bad_input(tmp_path):
@@ -167,11 +171,17 @@ def test_tiny_model_config_and_parameter_count(model_dir, tokenizer):
 
 
 def test_save_load_round_trip_gives_identical_logits(tmp_path, tokenizer):
-    model = build_tiny_model(tokenizer, tmp_path, spec())
-    reloaded, tok = load_policy(str(tmp_path))
+    model = build_tiny_model(tokenizer, tmp_path / "saved", spec())
+    with torch.no_grad():  # weights no initialisation gives, so only the saved file can hold them
+        model.model.layers[0].mlp.up_proj.weight.add_(0.5)
+    model.save_pretrained(str(tmp_path / "saved"))
+    fresh = build_tiny_model(tokenizer, tmp_path / "fresh", spec())  # the same seed, not perturbed
+    reloaded, tok = load_policy(str(tmp_path / "saved"))
     batch = tok(["red leather boots", "<|im_start|>user\nfind a pillow<|im_end|>\n"], return_tensors="pt", padding=True)
     with torch.no_grad():
-        assert torch.equal(model(**batch).logits, reloaded(**batch).logits)
+        logits = reloaded(**batch).logits
+        assert torch.equal(model(**batch).logits, logits)
+        assert not torch.allclose(fresh(**batch).logits, logits, atol=1e-3)  # another model's logits differ
 
 
 def test_init_is_seeded_and_leaves_global_rng_alone(tmp_path, tokenizer):
@@ -195,6 +205,9 @@ def test_kv_cache_matches_full_forward(model_dir):
         step = model(ids[:, -1:], past_key_values=prefix.past_key_values, use_cache=True).logits  # (1, 1, V)
     torch.testing.assert_close(step[:, -1], full[:, -1], atol=1e-5, rtol=0)
     torch.testing.assert_close(prefix.logits, full[:, :-1], atol=1e-5, rtol=0)
+    with torch.no_grad():  # without the cache the last token alone gives other logits: the comparison sees the cache
+        alone = model(ids[:, -1:]).logits
+    assert not torch.allclose(alone[:, -1], full[:, -1], atol=1e-3)
 
 
 def test_generate_runs_left_padded(model_dir):
@@ -203,8 +216,19 @@ def test_generate_runs_left_padded(model_dir):
     texts = [tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
     batch = tok(texts, return_tensors="pt", padding=True)
     assert (batch["attention_mask"][0, 0] == 0) and (batch["input_ids"][0, 0] == tok.pad_token_id)
-    out = model.generate(**batch, max_new_tokens=4, do_sample=False)
-    assert out.shape[0] == 2 and out.shape[1] <= batch["input_ids"].shape[1] + 4
+    greedy = dict(max_new_tokens=4, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    out = model.generate(**batch, **greedy)
+    width = batch["input_ids"].shape[1]
+    assert out.sequences.shape == (2, width + 4) and torch.equal(out.sequences[:, :width], batch["input_ids"])
+    # the padded row is generated as its prompt alone is: the same tokens from the same logits at every step
+    alone = tok(texts[:1], return_tensors="pt")
+    solo = model.generate(**alone, **greedy)
+    assert out.sequences[0, width:].tolist() == solo.sequences[0, alone["input_ids"].shape[1]:].tolist()
+    for step, solo_scores in zip(out.scores, solo.scores, strict=True):
+        torch.testing.assert_close(step[0], solo_scores[0], atol=1e-4, rtol=0)
+    with torch.no_grad():  # attending to the padding changes them (as logits: an untrained model picks the same tokens)
+        attended = model(input_ids=batch["input_ids"], attention_mask=torch.ones_like(batch["input_ids"])).logits
+    assert not torch.allclose(attended[0, -1], solo.scores[0][0], atol=1e-2)
 
 
 def test_load_policy_dtype(model_dir):
@@ -223,8 +247,10 @@ def test_build_tiny_policy_is_idempotent(tmp_path):
     assert build_tiny_policy(texts, out, spec(vocab_size=400)) == out
     settings = json.loads((out / TINY_SETTINGS_FILE).read_text())
     assert settings["vocab_size"] == 400 and settings["hidden_size"] == 64 and settings["num_texts"] == 200
-    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directory left behind
+    for path in out.iterdir():
+        os.utime(path, ns=(10**18, 10**18))  # a stamp from 2001: any file written from now on shows a new one
+    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
 
     build_tiny_policy(list(reversed(texts)), out, spec(vocab_size=400))  # same corpus, other order
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps
@@ -233,6 +259,8 @@ def test_build_tiny_policy_is_idempotent(tmp_path):
         build_tiny_policy(texts, out, spec(vocab_size=400, seed=1))
     build_tiny_policy(texts, out, spec(vocab_size=400, seed=1), overwrite=True)
     assert json.loads((out / TINY_SETTINGS_FILE).read_text())["seed"] == 1
+    rebuilt = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    assert set(rebuilt) == set(stamps) and all(rebuilt[name] != stamps[name] for name in stamps)  # all rewritten
     model, tok = load_policy(str(out))
     assert model.config.num_hidden_layers == 2 and len(tok) == model.config.vocab_size
 

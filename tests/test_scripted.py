@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from scipy.stats import binomtest
 
 from apo_lightning.baselines.scripted import (
     OraclePolicy,
@@ -73,7 +74,10 @@ def test_evaluate_command_prints_metrics_json_last_and_writes_results(real_data_
     out = capsys.readouterr()
     metrics = json.loads(out.out.strip().splitlines()[-1])
     assert metrics["episodes"] == 20 and metrics["avg_turns"] == 3.0
-    assert metrics["success_rate_low"] <= metrics["success_rate"] <= metrics["success_rate_high"]
+    # the Wilson 95 % interval of the successes counted (any interval around the rate would pass a range check)
+    successes = round(metrics["success_rate"] * 20)
+    wilson = binomtest(successes, 20).proportion_ci(confidence_level=0.95, method="wilson")
+    assert (metrics["success_rate_low"], metrics["success_rate_high"]) == pytest.approx((wilson.low, wilson.high))
     assert "rule" in out.err  # the progress bar
     records = [json.loads(line) for line in (tmp_path / "rule" / "episodes.jsonl").read_text().splitlines()]
     assert [r["goal_index"] for r in records] == list(range(20)) and {r["method"] for r in records} == {"rule"}

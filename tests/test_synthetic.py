@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import re
 from decimal import Decimal
 from pathlib import Path
@@ -280,12 +281,15 @@ def test_ensure_catalog_regenerates_only_when_needed(tmp_path, monkeypatch):
 
     monkeypatch.setattr(synthetic, "generate_catalog", counting_generate)
     assert ensure_catalog(folder, seed=0, num_products=100) == folder and len(calls) == 1
-    before = (folder / PRODUCTS_FILE).stat().st_mtime_ns
+    for path in folder.iterdir():  # a stamp from 2001, so that a file written from now on shows a new one (a
+        os.utime(path, ns=(10**18, 10**18))  # rewrite right after the first write can keep its coarse mtime)
+    before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
     ensure_catalog(folder, seed=0, num_products=100)
-    assert len(calls) == 1 and (folder / PRODUCTS_FILE).stat().st_mtime_ns == before  # kept as is
+    assert len(calls) == 1 and {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before  # kept as is
 
     ensure_catalog(folder, seed=0, num_products=120)  # another size
     assert len(calls) == 2 and len(load(folder, PRODUCTS_FILE)) == 120
+    assert (folder / PRODUCTS_FILE).stat().st_mtime_ns != before[PRODUCTS_FILE]  # a rewrite shows
     ensure_catalog(folder, seed=1, num_products=120)  # another seed
     assert len(calls) == 3 and load(folder, META_FILE)["seed"] == 1
     monkeypatch.setattr(synthetic, "GENERATOR_VERSION", synthetic.GENERATOR_VERSION + 1)  # another generator

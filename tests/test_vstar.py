@@ -37,6 +37,8 @@ def test_cache_key_ignores_dict_order():
     key = cache_key(PARTS)
     assert key == cache_key(reordered)
     assert len(key) == 64 and all(c in "0123456789abcdef" for c in key)
+    # ... but not their content: one nested value changed, the key changes (the comparison above can fail)
+    assert cache_key({**reordered, "env": {"catalog": "synthetic", "max_turns": 7}}) != key
 
 
 def test_cache_key_changes_with_every_part():
@@ -149,6 +151,13 @@ def test_cache_hit_does_not_call_compute_fn(tmp_path):
 
     second = VStarCache(tmp_path).get_or_compute(dict(reversed(list(PARTS.items()))), must_not_run, beta1=0.5)
     assert second.v_star == first.v_star and second.rewards == first.rewards and second.key == first.key
+    # a hit returns what the file holds: edit the stored rewards of goal 8 and the next hit has goal 7's V* for it
+    path = tmp_path / f"{first.key}.json"
+    payload = json.loads(path.read_text())
+    payload["rewards"]["8"] = [0.0, 1.0]
+    path.write_text(json.dumps(payload))
+    edited = VStarCache(tmp_path).get_or_compute(PARTS, must_not_run, beta1=0.5)
+    assert edited.v_star["8"] == pytest.approx(V_GOAL_7, abs=1e-9) and edited.v_star != first.v_star
 
 
 def test_changed_key_recomputes(tmp_path):

@@ -45,6 +45,15 @@ def test_all_prices(synthetic_shop, human_shop, golden_dir):
     assert human_shop.prices == golden
 
 
+def test_another_seed_gives_another_goal_order_and_other_prices(synthetic_shop, golden_dir):
+    """So that the seed-233 comparisons above can fail: the seed, not a fixed order, decides what they check."""
+    other = WebShop.load(synthetic_shop.data_dir, goals="synthetic", seed=234)
+    golden_goals = json.loads((golden_dir / "goals_synthetic_seed233.json").read_text())
+    assert len(other.goals) == len(golden_goals)
+    assert [g["asin"] for g in other.goals] != [g["asin"] for g in golden_goals]
+    assert other.prices != json.loads((golden_dir / "product_prices_seed233.json").read_text())
+
+
 def test_processed_products_and_search_documents(human_shop, real_data_dir):
     """The index's stored products were processed with human_goals=True; every key must match."""
     docs = read_jsonl(real_data_dir / "webshop_1k_search_docs.jsonl")
