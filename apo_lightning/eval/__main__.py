@@ -24,6 +24,7 @@ import torch
 
 from ..rollout.chat import ChatFormat
 from ..rollout.engine import RolloutEngine, rollout_goals
+from ..utils.files import atomic_write_text
 from ..utils.seeds import derive_seed
 from ..webshop import WebShop
 from ..webshop.datadir import resolve_data_dir
@@ -61,9 +62,21 @@ def evaluate_command(args: argparse.Namespace) -> dict:
             metrics["temperature"] = args.temperature
     if args.results_dir:
         write_results(args.results_dir, trajectories, shop, method=args.method_name or args.model, split=args.split)
+    if args.save_outcomes:
+        save_outcomes(args, trajectories)
     metrics.update(model=args.model, split=args.split, seed=args.seed, seconds=round(time.perf_counter() - start, 2))
     print(json.dumps(metrics))
     return metrics
+
+
+def save_outcomes(args: argparse.Namespace, trajectories) -> None:
+    """Write the greedy outcome of every goal, with the settings that reproduce it, as JSON (a reference policy's
+    card keeps one, and a test replays it)."""
+    settings = {k: getattr(args, k) for k in ("data_dir", "goals", "catalog_seed", "split", "split_scheme", "limit",
+                                              "max_steps", "max_new_tokens", "history_turns", "context_budget")}
+    outcomes = {str(t.goal_index): {"success": t.success, "score": t.score, "turns": len(t.turns)}
+                for t in trajectories}
+    atomic_write_text(args.save_outcomes, json.dumps({"settings": settings, "outcomes": outcomes}, indent=1) + "\n")
 
 
 def compare_command(args: argparse.Namespace) -> dict:
@@ -107,6 +120,8 @@ def main(argv: list[str] | None = None) -> dict:
     ev.add_argument("--seed", type=int, default=0, help="run seed: sampling, and the random policy")
     ev.add_argument("--results-dir", default=None, help="also write summary.csv, episodes.jsonl, failure_analysis.md")
     ev.add_argument("--method-name", default=None, help="the method's name in the results (default: --model)")
+    ev.add_argument("--save-outcomes", default=None, help="also write each goal's greedy success, score and turns, "
+                                                          "with the settings that reproduce them, to this JSON file")
     cmp = sub.add_parser("compare", help="compare two results directories on the same goals (B against A)")
     cmp.add_argument("a", help="results directory (or episodes.jsonl) of policy A, the baseline")
     cmp.add_argument("b", help="results directory (or episodes.jsonl) of policy B")
