@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from lightning.pytorch import Callback
 
 from apo_lightning.baselines.demonstrations import OracleDemonstrator, reply_for
@@ -55,6 +56,7 @@ def coin_flip_demonstrations(engine, envs, goal_indices, successful_only=True, n
     return engine.rollout(envs, goals, seed=0, demonstrators=demonstrators)
 
 
+@pytest.mark.skip(reason="work in progress: the setting is being rebuilt on the quick start's reference")
 def test_a_star_po_learns_a_choice_the_reference_gets_right_by_chance(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     import apo_lightning.lit.demos as demos
