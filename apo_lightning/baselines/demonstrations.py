@@ -56,13 +56,18 @@ class OracleDemonstrator:
     Args:
         noise: probability of a wrong click at each decision (DART, module docstring); 0 = the plain oracle.
         seed: seeds the mistakes.
+        recovery: undo each mistake and keep it out of the loss (DART). False: the mistake is demonstrated like any
+            other reply and not undone — the demonstrations of a noisy expert, whose imitation explores.
+        options_only: make mistakes only on option values, never on products.
     """
 
-    def __init__(self, noise: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, noise: float = 0.0, seed: int = 0, recovery: bool = True, options_only: bool = False) -> None:
         self.policy = OraclePolicy()
         self.goal_index: int | None = None
         self.noise = noise
         self.rng = random.Random(seed)
+        self.with_recovery = recovery
+        self.options_only = options_only
         self.recovery: str | None = None  # the action that undoes the last mistake
 
     def __call__(self, env: WebShopEnv) -> str | tuple[str, bool]:
@@ -77,6 +82,9 @@ class OracleDemonstrator:
         if self.noise and self.rng.random() < self.noise:
             mistake = self._mistake(action, env)
             if mistake is not None:
+                if not self.with_recovery:
+                    self.recovery = None
+                    return reply_for(mistake, env)
                 return reply_for(mistake, env), False
         return reply_for(action, env)
 
@@ -87,7 +95,7 @@ class OracleDemonstrator:
         if clicked is None or steps_left < MISTAKE_MARGIN:  # a mistake costs two steps; keep room to finish
             return None
         links = product_links(env.available_actions())
-        if env.page.kind == "search_results" and clicked in links:
+        if env.page.kind == "search_results" and clicked in links and not self.options_only:
             others = [c for c in links if c != clicked]
             if others:
                 self.recovery = "click[< prev]"  # back to the results page, where the oracle clicks the target
@@ -103,18 +111,24 @@ class OracleDemonstrator:
 
 
 def oracle_demonstrations(engine: RolloutEngine, envs: Sequence[WebShopEnv], goal_indices: Sequence[int],
-                          successful_only: bool = True, noise: float = 0.0, seed: int = 0) -> list[Trajectory]:
+                          successful_only: bool = True, noise: float = 0.0, seed: int = 0, recovery: bool = True,
+                          options_only: bool = False, copies: int = 1) -> list[Trajectory]:
     """Oracle trajectories for ``goal_indices``, rendered and tokenized by ``engine``.
 
     Args:
         successful_only: keep only demonstrations that reach score 1.0 (the oracle's rare misses would teach
             wrong purchases).
         noise: DART's mistake probability per decision (module docstring); 0 = the plain oracle.
-        seed: seeds the mistakes (each goal's demonstrator gets ``derive_seed(seed, goal)``).
+        seed: seeds the mistakes (each demonstration gets its own seed, derived from ``seed``, the goal and the copy).
+        recovery, options_only: see :class:`OracleDemonstrator`.
+        copies: demonstrations per goal (with noise, each makes its own mistakes).
     """
     trajectories: list[Trajectory] = []
-    for start in range(0, len(goal_indices), len(envs)):
-        chunk = list(goal_indices[start:start + len(envs)])
-        demonstrators = [OracleDemonstrator(noise, derive_seed(seed, "dart", g)) for g in chunk]
+    episodes = [(g, copy) for g in goal_indices for copy in range(copies)]
+    for start in range(0, len(episodes), len(envs)):
+        chunk = episodes[start:start + len(envs)]
+        demonstrators = [OracleDemonstrator(noise, derive_seed(seed, "dart", g, copy), recovery, options_only)
+                         for g, copy in chunk]
+        chunk = [g for g, _ in chunk]
         trajectories += engine.rollout(envs[: len(chunk)], chunk, seed=0, demonstrators=demonstrators)
     return [t for t in trajectories if t.success or not successful_only]

@@ -9,7 +9,7 @@ the data, the env and prompt settings, the goals, the reply token limit, the tok
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -27,6 +27,24 @@ from .settings import EnvConfig
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class DemoNoise:
+    """Mistakes in the oracle's demonstrations (``baselines.demonstrations``), for a reference that explores.
+
+    Args:
+        probability: chance of a wrong click at each decision (another product, another option value); 0 = none.
+        recovery: DART (Laskey et al. 2017): undo each mistake and keep it out of the loss, so the policy learns to
+            leave states off the oracle's path. False: the mistake is demonstrated and kept, as a noisy expert's.
+        options_only: mistakes on option values only.
+        copies: demonstrations per goal (each with its own mistakes).
+    """
+
+    probability: float = 0.0
+    recovery: bool = True
+    options_only: bool = False
+    copies: int = 1
+
+
 class _NoModel:
     """Stands in for the model when the engine only renders demonstrations (it is never called)."""
 
@@ -38,7 +56,7 @@ class _NoModel:
 
 
 def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat, tokenizer_dir: str,
-                        goal_sets: dict[str, Sequence[int]], max_new_tokens: int, noise: float = 0.0,
+                        goal_sets: dict[str, Sequence[int]], max_new_tokens: int, noise: DemoNoise = DemoNoise(),
                         seed: int = 0) -> Path:
     """Build (once) and return the cache file of successful oracle demonstrations on each named goal set.
 
@@ -48,7 +66,7 @@ def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat,
         tokenizer_dir: the policy directory whose tokenizer encodes them.
         goal_sets: name -> goal indices, e.g. ``{"train": [...], "val": [...]}``.
         max_new_tokens: the reply token limit (a longer reply would be cut there, as in a rollout).
-        noise: DART's mistake probability per decision (``baselines.demonstrations``); 0 = the plain oracle.
+        noise: mistakes in the demonstrations (:class:`DemoNoise`); the default makes none.
         seed: seeds the mistakes.
 
     Returns:
@@ -56,8 +74,8 @@ def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat,
     """
     key = cache_key({"data": str(env.shop().data_dir.resolve()), "env": asdict(env), "chat": asdict(chat),
                      "goals": {k: list(v) for k, v in goal_sets.items()}, "max_new_tokens": max_new_tokens,
-                     "tokenizer": hash_files(tokenizer_dir, TOKENIZER_FILES), "noise": noise,
-                     "seed": seed if noise else 0, "format": "oracle-v4"})
+                     "tokenizer": hash_files(tokenizer_dir, TOKENIZER_FILES), "noise": asdict(noise),
+                     "seed": seed if noise.probability else 0, "format": "oracle-v5"})
     path = Path(cache_dir) / f"demos-{key[:16]}.pt"
     if path.exists():
         return path
@@ -66,7 +84,9 @@ def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat,
     envs = env.envs(64)
     data = {}
     for name, goals in goal_sets.items():
-        demos = oracle_demonstrations(engine, envs, list(goals), noise=noise, seed=seed)
+        demos = oracle_demonstrations(engine, envs, list(goals), successful_only=noise.recovery,
+                                      noise=noise.probability, seed=seed, recovery=noise.recovery,
+                                      options_only=noise.options_only, copies=noise.copies)
         segments = [(t.goal_index, s) for t in demos for s in t.segments]
         data[name] = {"input_ids": [torch.tensor(s.token_ids, dtype=torch.int32) for _, s in segments],
                       "gen_mask": [torch.tensor(s.gen_mask, dtype=torch.uint8) for _, s in segments],

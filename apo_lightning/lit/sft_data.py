@@ -31,7 +31,7 @@ from ..rollout.chat import ChatFormat
 from ..rollout.collate import pad_batch
 from ..rollout.engine import RolloutEngine
 from ..utils.seeds import derive_seed
-from .demos import demonstration_cache, load_demonstrations
+from .demos import DemoNoise, demonstration_cache, load_demonstrations
 from .settings import EnvConfig, ensure_policy
 from .streams import ChunkStream, StepStream
 
@@ -74,9 +74,8 @@ class SFTDataModule(LightningDataModule):
             0 turns this off.
         eval_batch_size: episodes per rollout batch in that evaluation.
         max_new_tokens: reply token limit, as in RL (a longer oracle reply would be cut there).
-        demo_noise: DART (Laskey et al. 2017): the probability that the demonstrator takes a wrong click at a
-            decision (another product, another option value) and then recovers; the mistake is context, not a
-            target. 0 = the plain oracle. A reference trained on them has seen states off the oracle's path.
+        demo_noise: mistakes in the training demonstrations (DART's recovered ones, or a noisy expert's), for a
+            reference that explores; none by default. Validation demonstrations are the plain oracle's.
         cache_dir: where tokenized demonstrations are cached, keyed by everything they depend on.
     """
 
@@ -84,7 +83,7 @@ class SFTDataModule(LightningDataModule):
                  model_name_or_path: str = "data/models/tiny-init", tiny: TinyPolicySpec | None = None, seed: int = 0,
                  drills: DrillSettings = DrillSettings(), num_demos: int = 2000, demo_epochs: int = 1,
                  num_val_demos: int = 64, batch_size: int = 4, eval_goals: int = 32, eval_batch_size: int = 32,
-                 max_new_tokens: int = 64, demo_noise: float = 0.0, cache_dir: str = "data/sft"):
+                 max_new_tokens: int = 64, demo_noise: DemoNoise = DemoNoise(), cache_dir: str = "data/sft"):
         super().__init__()
         if demo_epochs < 0 or batch_size < 1:
             raise ValueError("demo_epochs must be >= 0 and batch_size >= 1")
@@ -122,11 +121,13 @@ class SFTDataModule(LightningDataModule):
         return self.env.shop()
 
     # ------------------------------------------------------------------------------------------------ build
-    def _demonstrations(self) -> Path:
-        return demonstration_cache(self.cache_dir, self.env, self.chat, self.model_name_or_path,
-                                   {"train": self.env.split("train")[: self.num_demos],
-                                    "val": self.env.split("val")[: self.num_val_demos]},
-                                   self.max_new_tokens, self.demo_noise, self.seed)
+    def _demonstrations(self) -> tuple[Path, Path]:
+        train = demonstration_cache(self.cache_dir, self.env, self.chat, self.model_name_or_path,
+                                    {"train": self.env.split("train")[: self.num_demos]}, self.max_new_tokens,
+                                    self.demo_noise, self.seed)
+        val = demonstration_cache(self.cache_dir, self.env, self.chat, self.model_name_or_path,
+                                  {"val": self.env.split("val")[: self.num_val_demos]}, self.max_new_tokens)
+        return train, val
 
     def prepare_data(self) -> None:
         """Once per machine: build the tiny policy (untrained) if asked, and the demonstrations if not cached."""
@@ -134,8 +135,8 @@ class SFTDataModule(LightningDataModule):
         self._demonstrations()
 
     def setup(self, stage: str | None = None) -> None:
-        examples = load_demonstrations(self._demonstrations())
-        self.train_examples, self.val_examples = examples["train"], examples["val"]
+        train, val = self._demonstrations()
+        self.train_examples, self.val_examples = load_demonstrations(train)["train"], load_demonstrations(val)["val"]
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
         train = self.env.split("train")
         held_out = max(1, min(self.drills.held_out_goals, len(train) // 10))
