@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 import sys
 import time
 
 import torch
 
 from ..rollout.chat import ChatFormat
-from ..rollout.engine import RolloutEngine, rollout_goals
 from ..utils.files import atomic_write_text
-from ..utils.seeds import derive_seed
 from ..webshop import WebShop
 from ..webshop.datadir import resolve_data_dir
 from .compare import compare_episodes, format_comparison, load_episodes
-from .evaluate import SCRIPTED, greedy_summary, play_scripted, sample_policy, sampled_summary
+from .evaluate import SCRIPTED, PolicyRollouts, greedy_summary, play_scripted, run_rollouts, sampled_summary
 from .report import write_results
 
 
@@ -47,18 +46,16 @@ def evaluate_command(args: argparse.Namespace) -> dict:
         trajectories = play_scripted(args.model, shop, goals, args.max_steps, args.seed)
         metrics = greedy_summary(trajectories)
     else:
-        from ..models.loading import load_policy
-
-        model, tokenizer = load_policy(args.model, gguf_file=args.gguf_file, dtype=args.dtype, device=args.device)
         chat = ChatFormat(history_turns=args.history_turns, context_budget=args.context_budget)
-        engine = RolloutEngine(model, tokenizer, chat, max_new_tokens=args.max_new_tokens, greedy=True)
-        trajectories = rollout_goals(engine, shop, goals, args.batch_size, derive_seed(args.seed, "evaluate"),
-                                     max_steps=args.max_steps, progress=True, description="greedy episodes")
+        job = PolicyRollouts(args.model, str(data_dir) if data_dir else None, args.goals, args.catalog_seed, chat,
+                             args.max_new_tokens, args.batch_size, args.max_steps, args.seed, "evaluate",
+                             gguf_file=args.gguf_file, dtype=args.dtype, device=args.device, threads=args.threads)
+        trajectories = run_rollouts(job, goals, args.processes)
         metrics = greedy_summary(trajectories)
         if args.samples:
-            samples = sample_policy(model, tokenizer, shop, goals, chat, args.samples, args.temperature, args.top_p,
-                                    args.max_new_tokens, args.batch_size, args.max_steps, seed=args.seed)
-            metrics.update(sampled_summary(samples, seed=args.seed))
+            sampled = replace(job, purpose="evaluate-samples", greedy=False, samples=args.samples,
+                              temperature=args.temperature, top_p=args.top_p)
+            metrics.update(sampled_summary(run_rollouts(sampled, goals, args.processes), seed=args.seed))
             metrics["temperature"] = args.temperature
     if args.results_dir:
         write_results(args.results_dir, trajectories, shop, method=args.method_name or args.model, split=args.split)
@@ -116,7 +113,8 @@ def main(argv: list[str] | None = None) -> dict:
     ev.add_argument("--context-budget", type=int, default=4096)
     ev.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     ev.add_argument("--device", default="cpu")
-    ev.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ev.add_argument("--threads", type=int, default=1, help="torch intra-op threads (per process)")
+    ev.add_argument("--processes", type=int, default=1, help="roll out in this many processes (the same results)")
     ev.add_argument("--seed", type=int, default=0, help="run seed: sampling, and the random policy")
     ev.add_argument("--results-dir", default=None, help="also write summary.csv, episodes.jsonl, failure_analysis.md")
     ev.add_argument("--method-name", default=None, help="the method's name in the results (default: --model)")

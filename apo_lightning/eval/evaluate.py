@@ -6,10 +6,13 @@ comparison: both produce ``Trajectory`` objects.
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Sequence
 
+import torch
 from tqdm import tqdm
 
 from ..baselines.scripted import POLICIES, make_policy, play_episode
@@ -65,13 +68,64 @@ def sampled_summary(samples: Sequence[Trajectory], seed: int = 0) -> dict[str, f
     return out
 
 
-def sample_policy(model, tokenizer, shop: WebShop, goals: Sequence[int], chat: ChatFormat, samples: int,
-                  temperature: float, top_p: float = 1.0, max_new_tokens: int = 64, batch_size: int = 32,
-                  max_steps: int = 15, observation_mode: str = "text", seed: int = 0,
-                  progress: bool = True) -> list[Trajectory]:
-    """``samples`` sampled episodes per goal at ``temperature`` / ``top_p`` (seeded by ``seed``)."""
-    engine = RolloutEngine(model, tokenizer, chat, max_new_tokens=max_new_tokens, temperature=temperature,
-                           top_p=top_p)
-    repeated = [g for g in goals for _ in range(samples)]
-    return rollout_goals(engine, shop, repeated, batch_size, derive_seed(seed, "evaluate-samples"), observation_mode,
-                         max_steps, progress=progress, description="sampled episodes")
+@dataclass
+class PolicyRollouts:
+    """Everything a process needs to roll out a model policy on goals (a picklable job for :func:`run_rollouts`).
+
+    ``greedy`` decodes greedily; otherwise each goal is repeated ``samples`` times and sampled at ``temperature``
+    and ``top_p``. Chunk seeds derive from ``seed`` and ``purpose``.
+    """
+
+    model: str
+    data_dir: str | None
+    goal_kind: str
+    catalog_seed: int
+    chat: ChatFormat
+    max_new_tokens: int
+    batch_size: int
+    max_steps: int
+    seed: int
+    purpose: str
+    greedy: bool = True
+    samples: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    gguf_file: str | None = None
+    dtype: str = "float32"
+    device: str = "cpu"
+    threads: int = 1
+
+
+def _rollout_part(job: PolicyRollouts, goals: list[int], offset: int, progress: bool) -> list[Trajectory]:
+    """One process's share: ``goals`` (already repeated for samples), seeded as positions ``offset``…"""
+    from ..models.loading import load_policy
+
+    torch.set_num_threads(job.threads)
+    shop = WebShop.load(job.data_dir, goals=job.goal_kind, seed=job.catalog_seed)
+    model, tokenizer = load_policy(job.model, gguf_file=job.gguf_file, dtype=job.dtype, device=job.device)
+    engine = RolloutEngine(model, tokenizer, job.chat, max_new_tokens=job.max_new_tokens, greedy=job.greedy,
+                           temperature=job.temperature, top_p=job.top_p)
+    return rollout_goals(engine, shop, goals, job.batch_size, derive_seed(job.seed, job.purpose),
+                         max_steps=job.max_steps, progress=progress, seed_offset=offset,
+                         description="greedy episodes" if job.greedy else "sampled episodes")
+
+
+def _rollout_part_star(args) -> list[Trajectory]:
+    return _rollout_part(*args)
+
+
+def run_rollouts(job: PolicyRollouts, goals: Sequence[int], processes: int = 1) -> list[Trajectory]:
+    """Roll out ``job`` on ``goals`` in ``processes`` processes, in goal order (samples of a goal together).
+
+    The goal list (repeated for samples) is cut at multiples of ``batch_size`` into one contiguous part per process,
+    each seeded by its positions (``rollout_goals``' ``seed_offset``), so the trajectories do not depend on
+    ``processes``.
+    """
+    repeated = [g for g in goals for _ in range(1 if job.greedy else job.samples)]
+    if processes <= 1:
+        return _rollout_part(job, repeated, 0, True)
+    batches = (len(repeated) + job.batch_size - 1) // job.batch_size
+    per = (batches + processes - 1) // processes * job.batch_size
+    parts = [(job, repeated[i:i + per], i, i == 0) for i in range(0, len(repeated), per)]
+    with multiprocessing.get_context("spawn").Pool(len(parts)) as pool:
+        return [t for part in pool.map(_rollout_part_star, parts) for t in part]

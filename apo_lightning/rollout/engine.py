@@ -288,10 +288,12 @@ class RolloutEngine:
 
 def rollout_goals(engine: RolloutEngine, shop: WebShop, goal_indices: Sequence[int], batch_size: int, seed: int,
                   observation_mode: str = "text", max_steps: int = 15, progress: bool = False,
-                  description: str = "episodes") -> list[Trajectory]:
+                  description: str = "episodes", seed_offset: int = 0) -> list[Trajectory]:
     """Roll out ``engine``'s policy on every goal, ``batch_size`` episodes at a time, in goal order.
 
-    Chunk ``k`` samples with ``derive_seed(seed, k)``, so the result depends only on ``seed`` and the goal list.
+    The chunk starting at position ``k`` samples with ``derive_seed(seed, seed_offset + k)``, so the result depends
+    only on ``seed`` and the goal list; a list split at multiples of ``batch_size`` and rolled out in parts with the
+    parts' positions as ``seed_offset`` gives the same trajectories.
 
     Args:
         engine: the policy and how it decodes.
@@ -308,7 +310,7 @@ def rollout_goals(engine: RolloutEngine, shop: WebShop, goal_indices: Sequence[i
     bar = tqdm(total=len(goal_indices), desc=description, file=sys.stderr, disable=not progress, leave=False)
     for start in range(0, len(goal_indices), batch_size):
         chunk = list(goal_indices[start:start + batch_size])
-        trajectories += engine.rollout(envs[: len(chunk)], chunk, seed=derive_seed(seed, start))
+        trajectories += engine.rollout(envs[: len(chunk)], chunk, seed=derive_seed(seed, seed_offset + start))
         bar.update(len(chunk))
     bar.close()
     return trajectories
