@@ -67,15 +67,20 @@ class TurnDrills:
         self.splice = splice
         self.env = WebShopEnv(shop, max_steps=max_steps)
         self.oracle = OraclePolicy()
+        self._turns: dict[int, dict[str, tuple[int, str, dict, str]]] = {}
 
     def _first_turns(self, goal_index: int) -> dict[str, tuple[int, str, dict, str]]:
-        """``page kind -> (turn, observation, available actions, oracle reply)`` for each kind's first turn."""
+        """``page kind -> (turn, observation, available actions, oracle reply)`` for each kind's first turn (the
+        oracle is deterministic, so each goal's episode is played once and remembered)."""
+        if goal_index in self._turns:
+            return self._turns[goal_index]
         turns = {}
         for step in scripted_steps(self.env, self.oracle, goal_index):
             kind = self.env.page.kind
             if kind in DRILL_PAGES and kind not in turns:
                 turns[kind] = (self.env.num_steps, step.observation, step.available_actions,
                                reply_for(step.action, self.env))
+        self._turns[goal_index] = turns
         return turns
 
     def draw(self, rng: random.Random, kind: str | None = None, splice: bool | None = None) -> dict[str, list[int]]:
@@ -89,14 +94,15 @@ class TurnDrills:
         turns = self._first_turns(goal_index)
         kind = kind if kind in turns else rng.choice(sorted(turns))
         turn, observation, available, reply = turns[kind]
-        instruction = self.env.goal["instruction_text"]
+        goal = self.shop.goals[goal_index]
+        instruction = goal["instruction_text"]
         user = self.chat.turn_message(turn + 1, self.env.max_steps - turn if self.env.max_steps else None,
                                       observation, available)
         if kind == "index" and (rng.random() < self.splice if splice is None else splice):
             other = self.shop.goals[rng.choice(self.goal_indices)]["instruction_text"]
             spliced = splice_instructions(rng, instruction, other)
             user = user.replace(instruction, spliced)
-            reply = reply.replace(self.oracle.queries[0], strip_price(spliced))
+            reply = reply.replace(OraclePolicy.queries_for(goal)[0], strip_price(spliced))
             instruction = spliced
         messages = self.chat.messages(instruction, [(user, None)])
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

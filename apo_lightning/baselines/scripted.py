@@ -103,13 +103,14 @@ class OraclePolicy:
     def reset(self, goal: dict) -> None:
         self.goal = goal
         self.target = goal["asin"].lower()
-        self.queries = self._queries(goal)
+        self.queries = self.queries_for(goal)
         self.query_index = 0
         self.fallback = False
         self.pending_options: list[str] | None = None
 
     @staticmethod
-    def _queries(goal: dict) -> list[str]:
+    def queries_for(goal: dict) -> list[str]:
+        """The oracle's search queries for ``goal``, in the order it tries them."""
         text = strip_price(goal["instruction_text"])
         queries = [text]
         options = goal["goal_options"]
