@@ -341,6 +341,20 @@ def test_reusing_the_cache_between_turns_gives_the_same_samples(chained, tokeniz
     assert [r[:1] for r in replies(other)] != [r[:1] for r in replies(reused[:2])]
 
 
+def test_prefill_per_row_gives_the_same_samples_as_the_padded_batch(chained, tokenizer, shop):
+    """Encoding each episode's new tokens on its own (no padding) changes nothing but the cost."""
+    batched = play(engine_for(chained, tokenizer), shop, seed=21)
+    per_row = play(engine_for(chained, tokenizer, prefill="per_row"), shop, seed=21)
+    assert replies(per_row) == replies(batched)
+    assert len({len(t.segments[0].token_ids) for t in batched}) > 1  # the rows' contexts differ: there was padding
+    for a, b in zip(per_row, batched):
+        assert [s.token_ids for s in a.segments] == [s.token_ids for s in b.segments]
+        for s, r in zip(a.segments, b.segments):
+            assert s.logp == pytest.approx(r.logp, abs=TOLERANCE)
+    with pytest.raises(ValueError, match="prefill"):
+        engine_for(chained, tokenizer, prefill="sideways")
+
+
 def test_greedy_is_deterministic_and_batch_invariant(model, tokenizer, shop):
     engine = engine_for(model, tokenizer, greedy=True, max_new_tokens=12)
     batched = play(engine, shop, goals=GOALS[:4], seed=7, max_steps=2)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Literal, Sequence
 
 import torch
 from tqdm import tqdm
@@ -52,13 +52,16 @@ class RolloutEngine:
         greedy: decode greedily (evaluation).
         reuse_cache: keep each episode's keys/values between turns, so a turn only encodes its new tokens
             (full history); off = re-encode the whole context every turn.
+        prefill: how a turn's new tokens are encoded: "batched" (one left-padded batch) or "per_row" (each episode
+            on its own, no compute on padding; then decoded together).
 
     Raises:
         ValueError: ``temperature`` ≤ 0, ``top_p`` outside (0, 1], or a context budget with no room for a prompt.
     """
 
     def __init__(self, model, tokenizer, chat: ChatFormat | None = None, max_new_tokens: int = 64,
-                 temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, reuse_cache: bool = True):
+                 temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, reuse_cache: bool = True,
+                 prefill: Literal["batched", "per_row"] = "batched"):
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
         if not 0 < top_p <= 1:
@@ -71,6 +74,9 @@ class RolloutEngine:
         self.top_p = top_p
         self.greedy = greedy
         self.reuse_cache = reuse_cache
+        if prefill not in ("batched", "per_row"):
+            raise ValueError(f"prefill must be 'batched' or 'per_row', got {prefill!r}")
+        self.prefill = prefill
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_ids = self._eos_ids()
         self.segmenter = PromptSegmenter(tokenizer, self.chat, max_new_tokens, self.eos_ids)
@@ -207,26 +213,10 @@ class RolloutEngine:
         pasts = pasts if (pasts is not None and self.reuse_cache) else [None] * batch
         past_lengths = [p.length if p is not None else 0 for p in pasts]
         new_tokens = [prompt[n:] for prompt, n in zip(prompts, past_lengths)]
-        width_past, width_new = max(past_lengths), max(len(t) for t in new_tokens)
-
-        # layout per row: [left pad | cached past | left pad | new tokens]; the mask hides both pads
-        input_ids = torch.full((batch, width_new), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((batch, width_past + width_new), dtype=torch.long)
-        positions = torch.zeros((batch, width_new), dtype=torch.long)
-        for i, (tokens, n_past) in enumerate(zip(new_tokens, past_lengths)):
-            input_ids[i, width_new - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
-            attention[i, width_past - n_past:width_past] = 1
-            attention[i, width_past + width_new - len(tokens):] = 1
-            positions[i, width_new - len(tokens):] = torch.arange(n_past, n_past + len(tokens))
-        cache = new_cache(self.model)
-        if width_past:
-            for layer, (keys, values) in zip(cache.layers, stack_pasts(pasts, width_past, device)):
-                layer.update(keys, values)
-        input_ids, attention, positions = input_ids.to(device), attention.to(device), positions.to(device)
-        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)  # only the last position's logits
-        cache, logits = out.past_key_values, out.logits[:, -1, :]  # (B, V)
-        next_position = positions[:, -1:] + 1  # (B, 1)
+        if self.prefill == "per_row" and batch > 1:
+            cache, attention, logits, next_position = self._prefill_per_row(new_tokens, pasts, past_lengths, device)
+        else:
+            cache, attention, logits, next_position = self._prefill_batched(new_tokens, pasts, past_lengths, device)
 
         rows = list(range(batch))  # original index of each live row
         tokens: list[list[int]] = [[] for _ in range(batch)]
@@ -263,6 +253,62 @@ class RolloutEngine:
             cache, logits = out.past_key_values, out.logits[:, -1, :]
             next_position = next_position + 1
         return [(tokens[i], logps[i], stops[i], new_pasts[i]) for i in range(batch)]
+
+    def _prefill_batched(self, new_tokens: list[list[int]], pasts: list[Past | None], past_lengths: list[int],
+                         device) -> tuple:
+        """Encode every row's new tokens in one padded batch: ``(cache, attention (B, W), logits (B, V),
+        next_position (B, 1))``, each row's real tokens right-aligned in ``attention``."""
+        batch = len(new_tokens)
+        width_past, width_new = max(past_lengths), max(len(t) for t in new_tokens)
+
+        # layout per row: [left pad | cached past | left pad | new tokens]; the mask hides both pads
+        input_ids = torch.full((batch, width_new), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((batch, width_past + width_new), dtype=torch.long)
+        positions = torch.zeros((batch, width_new), dtype=torch.long)
+        for i, (tokens, n_past) in enumerate(zip(new_tokens, past_lengths)):
+            input_ids[i, width_new - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
+            attention[i, width_past - n_past:width_past] = 1
+            attention[i, width_past + width_new - len(tokens):] = 1
+            positions[i, width_new - len(tokens):] = torch.arange(n_past, n_past + len(tokens))
+        cache = new_cache(self.model)
+        if width_past:
+            for layer, (keys, values) in zip(cache.layers, stack_pasts(pasts, width_past, device)):
+                layer.update(keys, values)
+        input_ids, attention, positions = input_ids.to(device), attention.to(device), positions.to(device)
+        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)  # only the last position's logits
+        cache, logits = out.past_key_values, out.logits[:, -1, :]  # (B, V)
+        next_position = positions[:, -1:] + 1  # (B, 1)
+        return cache, attention, logits, next_position
+
+    def _prefill_per_row(self, new_tokens: list[list[int]], pasts: list[Past | None], past_lengths: list[int],
+                         device) -> tuple:
+        """Encode each row's new tokens on its own (no padding: a one-line page is not padded to the longest
+        results page), then right-align the rows' caches for batched decoding; same return as
+        :meth:`_prefill_batched`."""
+        row_pasts, row_logits = [], []
+        for tokens, past, n_past in zip(new_tokens, pasts, past_lengths):
+            cache = new_cache(self.model)
+            if past is not None:
+                for layer, (keys, values) in zip(cache.layers, past.layers):
+                    layer.update(keys[None].to(device), values[None].to(device))
+            ids = torch.tensor([tokens], dtype=torch.long, device=device)
+            positions = torch.arange(n_past, n_past + len(tokens), device=device)[None]
+            out = self.model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True,
+                             logits_to_keep=1)
+            row_logits.append(out.logits[0, -1])
+            row_pasts.append(Past([(layer.keys[0], layer.values[0]) for layer in out.past_key_values.layers],
+                                  n_past + len(tokens)))
+        lengths = [p.length for p in row_pasts]
+        width = max(lengths)
+        cache = new_cache(self.model)
+        for layer, (keys, values) in zip(cache.layers, stack_pasts(row_pasts, width, device)):
+            layer.update(keys, values)
+        attention = torch.zeros((len(lengths), width), dtype=torch.long, device=device)
+        for i, n in enumerate(lengths):
+            attention[i, width - n:] = 1
+        next_position = torch.tensor(lengths, dtype=torch.long, device=device)[:, None]
+        return cache, attention, torch.stack(row_logits), next_position
 
     def _ends_with_stop(self, ids: list[int]) -> bool:
         tail = self.tokenizer.decode(ids[-8:], skip_special_tokens=False)
