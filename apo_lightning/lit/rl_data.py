@@ -290,7 +290,8 @@ class WebShopRLDataModule(LightningDataModule):
         goal_list = [g for g in goals for _ in range(self.rollouts_per_goal)]
         model, tokenizer = self._policy()
         engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens,
-                               temperature=self.rollout.temperature, top_p=self.rollout.top_p)
+                               temperature=self.rollout.temperature, top_p=self.rollout.top_p,
+                               prefill=self.rollout.prefill)
         start = time.perf_counter()
         with self._rollout_context():
             trajectories = engine.rollout(self.env.envs(len(goal_list)), goal_list,
@@ -324,7 +325,8 @@ class WebShopRLDataModule(LightningDataModule):
     def eval_batch(self, goals: list[int]) -> dict:
         """Greedy trajectories of the current policy on ``goals``: ``{"trajectories": [...]}``."""
         model, tokenizer = self._policy()
-        engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens, greedy=True)
+        engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens, greedy=True,
+                               prefill=self.rollout.prefill)
         with self._rollout_context():
             return {"trajectories": engine.rollout(self.env.envs(len(goals)), goals, seed=0)}
 

@@ -12,6 +12,7 @@ switched off, so no second copy is held.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -95,6 +96,7 @@ class WebShopRLModule(LightningModule):
         self.tokenizer = None
         self._reference_box: list = []  # a list, not an attribute: keeps π_ref out of parameters() and checkpoints
         self.skipped_nonfinite = 0
+        self._last_step_start: float | None = None
         self.val_success, self.val_score = MeanMetric(), MeanMetric()
         self.test_success, self.test_score = MeanMetric(), MeanMetric()
         self._test_trajectories: list[Trajectory] = []
@@ -133,6 +135,9 @@ class WebShopRLModule(LightningModule):
 
     on_validation_start = on_test_start = on_fit_start
 
+    def on_validation_end(self) -> None:
+        self._last_step_start = None  # a validation is not a training step's time
+
     def reference_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                            gen_mask: torch.Tensor) -> torch.Tensor:
         """log π_ref of each generated token, (S, T) float32 (0 elsewhere), without gradients."""
@@ -158,6 +163,13 @@ class WebShopRLModule(LightningModule):
                            batch["group"], packed_entropy)
 
     def training_step(self, batch: dict, batch_idx: int):
+        now = time.perf_counter()
+        if self._last_step_start is not None:  # the rollout of this batch and the update of the last one
+            seconds = now - self._last_step_start
+            n = len(batch["trajectories"])
+            self.log("time/step_seconds", seconds, batch_size=n)
+            self.log("time/trajectories_per_s", n / seconds, batch_size=n, sync_dist=True, reduce_fx="sum")
+        self._last_step_start = now
         packed = self.packed_batch(batch)
         loss, stats = self.objective.loss(packed, self.objective_settings)
         stats.update(kl_statistics(packed))

@@ -77,11 +77,14 @@ class RolloutSettings:
             regressed on, not the regression target.
         top_p: nucleus sampling mass (1.0 = off).
         max_new_tokens: reply token limit per turn (training, validation and test rollouts alike).
+        prefill: how the engine encodes a turn's new tokens: "batched" (one left-padded batch) or "per_row" (each
+            episode on its own: no compute on padding; the same samples).
     """
 
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 64
+    prefill: Literal["batched", "per_row"] = "batched"
 
 
 _ANNOUNCED: set[str] = set()
