@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import resource
+import time
 from pathlib import Path
 
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -52,3 +54,35 @@ class RankAudit(Callback):
                   "batches": self.batches, "parameters_sha256": hash_parameters(pl_module.policy),
                   "global_step": trainer.global_step}
         (self.out_dir / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
+
+
+class RunSummary(Callback):
+    """Write one JSON file when ``fit`` ends (rank 0): the steps, the trajectories sampled on all ranks, the wall
+    time, the peak resident memory of this process (MB) and the last logged ``train/kl`` — what a comparison of
+    objectives at equal wall time reports (``benchmarks/compare_objectives.py``).
+
+    Args:
+        out_file: the JSON file to write.
+    """
+
+    def __init__(self, out_file: str):
+        self.out_file = Path(out_file)
+        self.trajectories = 0
+        self.start: float | None = None
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
+        self.trajectories += len(batch["trajectories"]) * trainer.world_size
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        kl = trainer.callback_metrics.get("train/kl")
+        record = {"global_step": trainer.global_step, "trajectories": self.trajectories,
+                  "seconds": round(time.perf_counter() - self.start, 1),
+                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                  "kl_end": float(kl) if kl is not None else None}
+        self.out_file.parent.mkdir(parents=True, exist_ok=True)
+        self.out_file.write_text(json.dumps(record))
