@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 import torch
-from lightning.pytorch import LightningDataModule
 
 from ..apo.objectives import OBJECTIVES, Algorithm
 from ..apo.vstar import VStarCache, VStarTable
@@ -38,7 +37,7 @@ from ..rollout.engine import RolloutEngine, rollout_goals
 from ..utils.hashing import hash_state_dict
 from ..utils.seeds import derive_seed
 from .demos import demonstration_cache, load_demonstrations
-from .settings import EnvConfig, RolloutSettings, ensure_policy
+from .settings import EnvConfig, RolloutSettings, WebShopDataModule, ensure_policy
 from .streams import ChunkStream, StepStream
 
 log = logging.getLogger(__name__)
@@ -72,7 +71,7 @@ class VStarConfig:
     device: str = "auto"
 
 
-class WebShopRLDataModule(LightningDataModule):
+class WebShopRLDataModule(WebShopDataModule):
     """Goals, splits, V* and batches of fresh trajectories for RL on WebShop.
 
     Args:
@@ -131,20 +130,6 @@ class WebShopRLDataModule(LightningDataModule):
         self.goal_pool: list[int] = []
         self.stream: StepStream | None = None
         self._stage1_to_log: dict[str, float] | None = None
-
-    # ------------------------------------------------------------------------------------------------ ranks
-    @property
-    def rank(self) -> int:
-        return self.trainer.global_rank if self.trainer is not None else 0
-
-    @property
-    def world_size(self) -> int:
-        return self.trainer.world_size if self.trainer is not None else 1
-
-    @property
-    def shop(self):
-        """The catalog (goals, products, prices) the episodes run in."""
-        return self.env.shop()
 
     # ------------------------------------------------------------------------------------------------ stage 1
     def pool(self) -> list[int]:
@@ -307,13 +292,6 @@ class WebShopRLDataModule(LightningDataModule):
             demos = rng.sample(self.demos, min(self.anchor_demos, len(self.demos)))
             batch["demos"] = pad_batch(demos, tokenizer.pad_token_id)
         self._stage1_to_log = None
-        return batch
-
-    def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
-        """Tensors of a batch dict to ``device``; trajectories and other Python objects stay as they are."""
-        if isinstance(batch, dict):
-            return {k: self.transfer_batch_to_device(v, device, dataloader_idx) if isinstance(v, dict) else
-                    (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
         return batch
 
     def train_dataloader(self) -> StepStream:

@@ -9,6 +9,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
+import torch
+from lightning.pytorch import LightningDataModule
+
 from ..baselines.corpus import ensure_tiny_policy
 from ..models.loading import looks_local
 from ..models.tiny import TinyPolicySpec
@@ -85,6 +88,32 @@ class RolloutSettings:
     top_p: float = 1.0
     max_new_tokens: int = 64
     prefill: Literal["batched", "per_row"] = "batched"
+
+
+class WebShopDataModule(LightningDataModule):
+    """What every data module of this project shares: its rank and world size, the catalog, and moving a batch dict
+    to the device (trajectories and other Python objects stay as they are). Subclasses set ``self.env``."""
+
+    env: EnvConfig
+
+    @property
+    def rank(self) -> int:
+        return self.trainer.global_rank if self.trainer is not None else 0
+
+    @property
+    def world_size(self) -> int:
+        return self.trainer.world_size if self.trainer is not None else 1
+
+    @property
+    def shop(self) -> WebShop:
+        """The catalog (goals, products, prices) the episodes run in."""
+        return self.env.shop()
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
+        if isinstance(batch, dict):
+            return {k: self.transfer_batch_to_device(v, device, dataloader_idx) if isinstance(v, dict) else
+                    (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+        return batch
 
 
 _ANNOUNCED: set[str] = set()

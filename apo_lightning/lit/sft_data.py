@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from lightning.pytorch import LightningDataModule
 from transformers import AutoTokenizer
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
@@ -32,7 +31,7 @@ from ..rollout.collate import pad_batch
 from ..rollout.engine import RolloutEngine
 from ..utils.seeds import derive_seed
 from .demos import DemoNoise, demonstration_cache, load_demonstrations
-from .settings import EnvConfig, ensure_policy
+from .settings import EnvConfig, WebShopDataModule, ensure_policy
 from .streams import ChunkStream, StepStream
 
 log = logging.getLogger(__name__)
@@ -56,7 +55,7 @@ class DrillSettings:
     checks_per_kind: int = 16
 
 
-class SFTDataModule(LightningDataModule):
+class SFTDataModule(WebShopDataModule):
     """Turn drills and oracle demonstrations in the chat format.
 
     Args:
@@ -106,19 +105,6 @@ class SFTDataModule(LightningDataModule):
         self.val_examples: list[dict] = []
         self.stream: StepStream | None = None
         self.tokenizer = None
-
-    @property
-    def rank(self) -> int:
-        return self.trainer.global_rank if self.trainer is not None else 0
-
-    @property
-    def world_size(self) -> int:
-        return self.trainer.world_size if self.trainer is not None else 1
-
-    @property
-    def shop(self):
-        """The catalog the episodes run in."""
-        return self.env.shop()
 
     # ------------------------------------------------------------------------------------------------ build
     def _demonstrations(self) -> tuple[Path, Path]:
@@ -178,12 +164,6 @@ class SFTDataModule(LightningDataModule):
             phase = "demos"
         batch = pad_batch(examples, self.tokenizer.pad_token_id)
         batch["phase"] = phase
-        return batch
-
-    def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
-        """Tensors of a batch dict to ``device``; trajectories and other Python objects stay as they are."""
-        if isinstance(batch, dict):
-            return {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
         return batch
 
     def train_dataloader(self) -> StepStream:
