@@ -32,3 +32,16 @@ def real_data_dir() -> Path:
 def golden_dir(real_data_dir: Path) -> Path:
     """The golden fixtures made with the original WebShop code (see SOURCE.md beside them)."""
     return real_data_dir / "golden"
+
+
+@pytest.fixture(autouse=True)
+def _no_script_relaunch(monkeypatch):
+    """Fail at once when a test runs ``strategy: ddp`` in-process: Lightning's script launcher would re-run
+    ``sys.argv`` (pytest itself) for the other ranks and the worker would hang or crash. Such tests run ``cli.py``
+    in a subprocess, or pass ``--trainer.devices=1 --trainer.strategy=auto``."""
+    from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("a test started strategy 'ddp' in-process; run cli.py in a subprocess instead")
+
+    monkeypatch.setattr(_SubprocessScriptLauncher, "launch", refuse)

@@ -310,6 +310,7 @@ def test_sft_trains_drills_then_demonstrations_through_the_trainer_and_exports(w
     from lightning.pytorch.loggers import CSVLogger
 
     sft = ["fit", "--config", str(REPO / "configs" / "sft_quickstart.yaml"), *QUIET, "--trainer.callbacks=[]",
+           "--trainer.devices=1", "--trainer.strategy=auto",
            "--trainer.enable_checkpointing=false", "--model.model_name_or_path=data/models/sft-smoke-init",
            "--model.export_dir=data/models/sft-smoke", "--data.tiny.vocab_size=512", "--data.tiny.hidden_size=32",
            "--data.tiny.num_layers=2", "--data.tiny.num_heads=2", "--data.tiny.num_kv_heads=1",
