@@ -30,7 +30,8 @@ COPIES = 16  # demonstrations per goal, each option click wrong with probability
 @pytest.mark.skip(reason="work in progress: the setting is being rebuilt on the quick start's reference")
 def test_a_star_po_learns_a_choice_the_reference_gets_right_by_chance(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    sft = build_cli(["fit", "--config", str(REPO / "configs" / "sft_quickstart.yaml"), *QUIET, *TINY, *SHORT, "--trainer.devices=1", "--trainer.strategy=auto",
+    sft = build_cli(["fit", "--config", str(REPO / "configs" / "sft_quickstart.yaml"), *QUIET, *TINY, *SHORT,
+                     "--trainer.devices=1", "--trainer.strategy=auto",
                      "--model.model_name_or_path=data/models/sanity-init", "--model.export_dir=data/models/sanity-ref",
                      "--model.learning_rate=0.01", "--model.warmup_steps=5", "--data.drills.steps=0",
                      "--data.num_demos=2", "--data.num_val_demos=1", "--data.demo_noise.probability=0.5",
