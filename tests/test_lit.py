@@ -310,13 +310,13 @@ def test_sft_trains_drills_then_demonstrations_through_the_trainer_and_exports(w
     from lightning.pytorch.loggers import CSVLogger
 
     sft = ["fit", "--config", str(REPO / "configs" / "sft_quickstart.yaml"), *QUIET, "--trainer.callbacks=[]",
-           "--trainer.devices=1", "--trainer.strategy=auto",
+           "--trainer.devices=1", "--trainer.strategy=auto", "--trainer.val_check_interval=1.0",
            "--trainer.enable_checkpointing=false", "--model.model_name_or_path=data/models/sft-smoke-init",
            "--model.export_dir=data/models/sft-smoke", "--data.tiny.vocab_size=512", "--data.tiny.hidden_size=32",
            "--data.tiny.num_layers=2", "--data.tiny.num_heads=2", "--data.tiny.num_kv_heads=1",
            "--data.tiny.intermediate_size=64", "--data.tiny.corpus_goals=10", "--data.drills.steps=12",
            "--data.drills.batch_size=4", "--data.drills.checks_per_kind=1", "--data.num_demos=6",
-           "--data.num_val_demos=2", "--data.batch_size=2", "--data.eval_goals=2", "--data.max_new_tokens=8",
+           "--data.num_val_demos=2", "--data.demo_epochs=1", "--data.batch_size=2", "--data.eval_goals=2", "--data.max_new_tokens=8",
            "--data.env.max_steps=10", "--model.learning_rate=0.01", "--model.warmup_steps=1",
            "--trainer.log_every_n_steps=1", "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
            "--trainer.logger.save_dir=logs"]
