@@ -306,19 +306,55 @@ def test_non_finite_loss_skips_the_step(workdir, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------ SFT
+#: The SFT config on one process with a very small tiny policy and a short course.
+SFT_SMOKE = ["fit", "--config", str(REPO / "configs" / "sft_quickstart.yaml"), *QUIET, "--trainer.callbacks=[]",
+             "--trainer.devices=1", "--trainer.strategy=auto", "--model.model_name_or_path=data/models/sft-smoke-init",
+             "--data.tiny.vocab_size=512", "--data.tiny.hidden_size=32", "--data.tiny.num_layers=2",
+             "--data.tiny.num_heads=2", "--data.tiny.num_kv_heads=1", "--data.tiny.intermediate_size=64",
+             "--data.tiny.corpus_goals=10", "--data.drills.batch_size=4", "--data.num_demos=6", "--data.num_val_demos=2",
+             "--data.demo_epochs=1", "--data.batch_size=2", "--data.max_new_tokens=8", "--data.env.max_steps=10",
+             "--model.learning_rate=0.01", "--model.warmup_steps=1", "--trainer.log_every_n_steps=1"]
+
+
+def sft_fit(args, recorder, ckpt_path=None):
+    """``cli.py fit`` of ``args`` (an SFT command line) in this process, with ``recorder`` added to the callbacks."""
+    cli = build_cli(args[1:], run=False)
+    cli.trainer.callbacks.append(recorder)
+    cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt_path)
+    return cli
+
+
+class SFTBatches(Callback):
+    """The phase and token ids of every SFT batch trained on."""
+
+    def __init__(self):
+        self.batches = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.batches.append((batch["phase"], batch["input_ids"].tolist()))
+
+
+def test_sft_resumes_its_course_exactly_from_a_mid_course_checkpoint(workdir, tmp_path):
+    """Drills then demonstrations, resumed from a checkpoint in the drills and one in the demonstrations: the same
+    batches, the same parameters. (``trainer.estimated_stepping_batches`` in ``configure_optimizers`` used to restart
+    the course from batch 0 on resume: Lightning #20550.)"""
+    course = [*SFT_SMOKE, "--data.drills.steps=4", "--data.drills.checks_per_kind=0", "--data.eval_goals=0",
+              "--trainer.limit_val_batches=0", "--model.export_dir=null"]
+    straight = SFTBatches()
+    cli = sft_fit([*course, *checkpointing(tmp_path)[:7]], straight)  # a checkpoint after every step
+    assert cli.trainer.global_step == 7 and [p for p, _ in straight.batches] == ["drills"] * 4 + ["demos"] * 3
+    expected = hash_parameters(cli.model.policy)
+    for done in (2, 5):  # in the drills, in the demonstrations
+        resumed = SFTBatches()
+        cli = sft_fit([*course, "--trainer.enable_checkpointing=false"], resumed, tmp_path / f"step={done}.ckpt")
+        assert cli.trainer.global_step == 7 and resumed.batches == straight.batches[done:], done
+        assert hash_parameters(cli.model.policy) == expected, done
 def test_sft_trains_drills_then_demonstrations_through_the_trainer_and_exports(workdir):
     from lightning.pytorch.loggers import CSVLogger
 
-    sft = ["fit", "--config", str(REPO / "configs" / "sft_quickstart.yaml"), *QUIET, "--trainer.callbacks=[]",
-           "--trainer.devices=1", "--trainer.strategy=auto", "--trainer.val_check_interval=1.0",
-           "--trainer.enable_checkpointing=false", "--model.model_name_or_path=data/models/sft-smoke-init",
-           "--model.export_dir=data/models/sft-smoke", "--data.tiny.vocab_size=512", "--data.tiny.hidden_size=32",
-           "--data.tiny.num_layers=2", "--data.tiny.num_heads=2", "--data.tiny.num_kv_heads=1",
-           "--data.tiny.intermediate_size=64", "--data.tiny.corpus_goals=10", "--data.drills.steps=12",
-           "--data.drills.batch_size=4", "--data.drills.checks_per_kind=1", "--data.num_demos=6",
-           "--data.num_val_demos=2", "--data.demo_epochs=1", "--data.batch_size=2", "--data.eval_goals=2", "--data.max_new_tokens=8",
-           "--data.env.max_steps=10", "--model.learning_rate=0.01", "--model.warmup_steps=1",
-           "--trainer.log_every_n_steps=1", "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+    sft = [*SFT_SMOKE, "--trainer.enable_checkpointing=false", "--model.export_dir=data/models/sft-smoke",
+           "--data.drills.steps=12", "--data.drills.checks_per_kind=1", "--trainer.val_check_interval=1.0",
+           "--data.eval_goals=2", "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
            "--trainer.logger.save_dir=logs"]
     cli = main(sft)
     data = cli.datamodule

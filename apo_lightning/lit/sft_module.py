@@ -121,12 +121,25 @@ class SFTModule(LightningModule):
         no_decay = [p for n, p in self.policy.named_parameters() if p.ndim < 2]
         optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": self.hparams.weight_decay},
                                        {"params": no_decay, "weight_decay": 0.0}], lr=self.hparams.learning_rate)
-        total = max(1, int(self.trainer.estimated_stepping_batches))
+        total = self.total_steps()
         warmup = min(self.hparams.warmup_steps, total // 2)
         stable = max(0, min(self.hparams.constant_steps, total - 1) - warmup)
         scheduler = get_wsd_schedule(optimizer, num_warmup_steps=warmup, num_stable_steps=stable,
                                      num_decay_steps=total - warmup - stable, decay_type="cosine")
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def total_steps(self) -> int:
+        """Optimizer steps in the whole run, for the schedule: ``trainer.max_steps`` if set, else ``max_epochs`` courses
+        (``datamodule.course_length()`` batches each) over ``accumulate_grad_batches``.
+
+        Not ``trainer.estimated_stepping_batches``: that builds the train loader before a checkpoint's loader state is
+        restored, so a resumed run silently restarts its course from batch 0 (Lightning issue #20550; measured here:
+        a run resumed at step 300 was back at batch 100 by step 400)."""
+        trainer = self.trainer
+        if trainer.max_steps > 0:
+            return trainer.max_steps
+        course = trainer.datamodule.course_length()
+        return max(1, (trainer.max_epochs or 1) * course // trainer.accumulate_grad_batches)
 
     def on_fit_end(self) -> None:
         if self.hparams.export_dir and self.trainer.is_global_zero:
