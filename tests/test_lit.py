@@ -47,9 +47,9 @@ def zero_v_star(monkeypatch):
     monkeypatch.setattr(VStarTable, "lookup", lambda self, goals, device=None: torch.zeros(len(goals)))
 
 
-def fit(*overrides, callbacks=(), ckpt_path=None):
-    """``cli.py fit`` on the smoke config in this process, with ``callbacks`` added to the trainer's."""
-    cli = build_cli(["--config", SMOKE, *QUIET, *overrides], run=False)
+def fit(*overrides, callbacks=(), ckpt_path=None, config=SMOKE):
+    """``cli.py fit --config config`` in this process, quiet, with ``callbacks`` added to the trainer's."""
+    cli = build_cli(["--config", config, *QUIET, *overrides], run=False)
     cli.trainer.callbacks.extend(callbacks)
     cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt_path)
     return cli
@@ -218,16 +218,18 @@ def test_each_batch_is_rolled_out_by_the_parameters_it_trains(workdir, zero_v_st
     assert recorder.batches == [0, 1, 2, 3]
 
 
-def checkpointing(directory):
-    """Checkpoints after every step (``step=N.ckpt``) and after every validation (``val-step=N.ckpt``)."""
-    return ["--trainer.callbacks=[]", "--trainer.logger=false",
-            "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
-            f"--trainer.callbacks.dirpath={directory}", "--trainer.callbacks.filename={step}",
-            "--trainer.callbacks.save_top_k=-1", "--trainer.callbacks.every_n_train_steps=1",
-            "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
-            f"--trainer.callbacks.dirpath={directory}", "--trainer.callbacks.filename=val-{step}",
-            "--trainer.callbacks.save_top_k=-1", "--trainer.callbacks.monitor=val/score",
-            "--trainer.callbacks.mode=max"]
+def checkpointing(directory, after_validation=True):
+    """Checkpoints after every step (``step=N.ckpt``) and, with ``after_validation``, after every validation
+    (``val-step=N.ckpt``)."""
+    every_step = ["--trainer.callbacks=[]", "--trainer.logger=false",
+                  "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+                  f"--trainer.callbacks.dirpath={directory}", "--trainer.callbacks.filename={step}",
+                  "--trainer.callbacks.save_top_k=-1", "--trainer.callbacks.every_n_train_steps=1"]
+    validation = ["--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+                  f"--trainer.callbacks.dirpath={directory}", "--trainer.callbacks.filename=val-{step}",
+                  "--trainer.callbacks.save_top_k=-1", "--trainer.callbacks.monitor=val/score",
+                  "--trainer.callbacks.mode=max"]
+    return every_step + (validation if after_validation else [])
 
 
 def test_resume_from_any_checkpoint_continues_exactly(workdir, tmp_path, zero_v_star):
@@ -306,22 +308,15 @@ def test_non_finite_loss_skips_the_step(workdir, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------ SFT
-#: The SFT config on one process with a very small tiny policy and a short course.
-SFT_SMOKE = ["fit", "--config", str(REPO / "configs" / "sft_quickstart.yaml"), *QUIET, "--trainer.callbacks=[]",
-             "--trainer.devices=1", "--trainer.strategy=auto", "--model.model_name_or_path=data/models/sft-smoke-init",
-             "--data.tiny.vocab_size=512", "--data.tiny.hidden_size=32", "--data.tiny.num_layers=2",
-             "--data.tiny.num_heads=2", "--data.tiny.num_kv_heads=1", "--data.tiny.intermediate_size=64",
-             "--data.tiny.corpus_goals=10", "--data.drills.batch_size=4", "--data.num_demos=6", "--data.num_val_demos=2",
-             "--data.demo_epochs=1", "--data.batch_size=2", "--data.max_new_tokens=8", "--data.env.max_steps=10",
-             "--model.learning_rate=0.01", "--model.warmup_steps=1", "--trainer.log_every_n_steps=1"]
-
-
-def sft_fit(args, recorder, ckpt_path=None):
-    """``cli.py fit`` of ``args`` (an SFT command line) in this process, with ``recorder`` added to the callbacks."""
-    cli = build_cli(args[1:], run=False)
-    cli.trainer.callbacks.append(recorder)
-    cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt_path)
-    return cli
+#: ``configs/sft_quickstart.yaml`` on one process, with a very small tiny policy and a short course.
+SFT_CONFIG = str(REPO / "configs" / "sft_quickstart.yaml")
+SFT_SMOKE = ["--trainer.callbacks=[]", "--trainer.devices=1", "--trainer.strategy=auto",
+             "--model.model_name_or_path=data/models/sft-smoke-init", "--data.tiny.vocab_size=512",
+             "--data.tiny.hidden_size=32", "--data.tiny.num_layers=2", "--data.tiny.num_heads=2",
+             "--data.tiny.num_kv_heads=1", "--data.tiny.intermediate_size=64", "--data.tiny.corpus_goals=10",
+             "--data.drills.batch_size=4", "--data.num_demos=6", "--data.num_val_demos=2", "--data.demo_epochs=1",
+             "--data.batch_size=2", "--data.max_new_tokens=8", "--data.env.max_steps=10", "--model.learning_rate=0.01",
+             "--model.warmup_steps=1", "--trainer.log_every_n_steps=1"]
 
 
 class SFTBatches(Callback):
@@ -339,21 +334,26 @@ def test_sft_resumes_its_course_exactly_from_a_mid_course_checkpoint(workdir, tm
     batches, the same parameters. (``trainer.estimated_stepping_batches`` in ``configure_optimizers`` used to restart
     the course from batch 0 on resume: Lightning #20550.)"""
     course = [*SFT_SMOKE, "--data.drills.steps=4", "--data.drills.checks_per_kind=0", "--data.eval_goals=0",
-              "--trainer.limit_val_batches=0", "--model.export_dir=null"]
+              "--trainer.limit_val_batches=0", "--model.export_dir=null", "--trainer.logger=false"]
     straight = SFTBatches()
-    cli = sft_fit([*course, *checkpointing(tmp_path)[:7]], straight)  # a checkpoint after every step
+    cli = fit(*course, *checkpointing(tmp_path, after_validation=False), callbacks=[straight], config=SFT_CONFIG)
     assert cli.trainer.global_step == 7 and [p for p, _ in straight.batches] == ["drills"] * 4 + ["demos"] * 3
-    expected = hash_parameters(cli.model.policy)
+    final, expected = cli.model.state_dict(), hash_parameters(cli.model.policy)
     for done in (2, 5):  # in the drills, in the demonstrations
+        saved = torch.load(tmp_path / f"step={done}.ckpt", weights_only=False)["state_dict"]
+        assert any(not torch.equal(saved[k], final[k]) for k in final), done  # the parameters moved after it
         resumed = SFTBatches()
-        cli = sft_fit([*course, "--trainer.enable_checkpointing=false"], resumed, tmp_path / f"step={done}.ckpt")
+        cli = fit(*course, "--trainer.enable_checkpointing=false", callbacks=[resumed], config=SFT_CONFIG,
+                  ckpt_path=tmp_path / f"step={done}.ckpt")
         assert cli.trainer.global_step == 7 and resumed.batches == straight.batches[done:], done
         assert hash_parameters(cli.model.policy) == expected, done
+
+
 def test_sft_trains_drills_then_demonstrations_through_the_trainer_and_exports(workdir):
     from lightning.pytorch.loggers import CSVLogger
 
-    sft = [*SFT_SMOKE, "--trainer.enable_checkpointing=false", "--model.export_dir=data/models/sft-smoke",
-           "--data.drills.steps=12", "--data.drills.checks_per_kind=1", "--trainer.val_check_interval=1.0",
+    sft = ["fit", "--config", SFT_CONFIG, *QUIET, *SFT_SMOKE, "--trainer.enable_checkpointing=false",
+           "--model.export_dir=data/models/sft-smoke", "--data.drills.steps=12", "--data.drills.checks_per_kind=1", "--trainer.val_check_interval=1.0",
            "--data.eval_goals=2", "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
            "--trainer.logger.save_dir=logs"]
     cli = main(sft)
