@@ -129,17 +129,21 @@ class SFTModule(LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def total_steps(self) -> int:
-        """Optimizer steps in the whole run, for the schedule: ``trainer.max_steps`` if set, else ``max_epochs`` courses
-        (``datamodule.course_length()`` batches each) over ``accumulate_grad_batches``.
+        """Optimizer steps in the whole run, for the schedule: ``max_epochs`` courses (``datamodule.course_length()``
+        batches each) over ``accumulate_grad_batches``, or ``trainer.max_steps`` if that ends the run first.
 
         Not ``trainer.estimated_stepping_batches``: that builds the train loader before a checkpoint's loader state is
         restored, so a resumed run silently restarts its course from batch 0 (Lightning issue #20550; measured here:
         a run resumed at step 300 was back at batch 100 by step 400)."""
         trainer = self.trainer
+        limits = []
         if trainer.max_steps > 0:
-            return trainer.max_steps
-        course = trainer.datamodule.course_length()
-        return max(1, (trainer.max_epochs or 1) * course // trainer.accumulate_grad_batches)
+            limits.append(trainer.max_steps)
+        if trainer.max_epochs is not None and trainer.max_epochs > 0:
+            limits.append(trainer.max_epochs * trainer.datamodule.course_length() // trainer.accumulate_grad_batches)
+        if not limits:
+            raise ValueError("an SFT run needs trainer.max_epochs or trainer.max_steps for its learning-rate schedule")
+        return max(1, min(limits))
 
     def on_fit_end(self) -> None:
         if self.hparams.export_dir and self.trainer.is_global_zero:
