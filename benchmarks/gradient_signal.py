@@ -1,7 +1,7 @@
 """How much of one A*-PO step's gradient is signal: gradients of disjoint trajectory batches, compared.
 
-    python benchmarks/gradient_signal.py --model data/models/tiny-sft --data-dir ../shared/webshop_data
-    python benchmarks/gradient_signal.py --model data/models/tiny-sft --batches 4 --batch-size 16 --threads 1
+    python benchmarks/gradient_signal.py --model models/webshop-1k-ref --data-dir ../shared/webshop_data
+    python benchmarks/gradient_signal.py --model models/webshop-1k-ref --batches 4 --batch-size 16 --threads 1
 
 Not a speed benchmark: a measurement that says whether a training step can move the policy in a useful direction.
 The policy (taken as π_ref too, i.e. θ = π_ref, the first step of stage 2) plays ``--batches × --batch-size``
@@ -58,7 +58,7 @@ def batch_gradient(model, trajectories, pad_id: int, table: VStarTable, beta2: f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="data/models/tiny-sft")
+    parser.add_argument("--model", default="models/webshop-1k-ref")
     parser.add_argument("--data-dir", default="../shared/webshop_data")
     parser.add_argument("--vstar", default=None, help="V* cache file (default: the largest under data/vstar)")
     parser.add_argument("--pool", type=int, default=512, help="draw goals from the first N training goals")

@@ -1,7 +1,7 @@
 """The loss's passes over real trajectories: one segment at a time (cut to length) against one padded batch.
 
-    python benchmarks/loss_passes.py --model data/models/tiny-sft --data-dir ../shared/webshop_data
-    python benchmarks/loss_passes.py --model data/models/tiny-sft --trajectories 32 --threads 1
+    python benchmarks/loss_passes.py --model models/webshop-1k-ref --data-dir ../shared/webshop_data
+    python benchmarks/loss_passes.py --model models/webshop-1k-ref --trajectories 32 --threads 1
 
 The policy plays ``--trajectories`` real training goals once (temperature 1.0, full history), then the same
 collated batch goes through the two ways of computing the generated tokens' log π, each timed as a reference
@@ -53,7 +53,7 @@ def time_passes(per_segment: bool, policy, reference, batch: dict, repeats: int)
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="data/models/tiny-sft")
+    parser.add_argument("--model", default="models/webshop-1k-ref")
     parser.add_argument("--data-dir", default="../shared/webshop_data")
     parser.add_argument("--trajectories", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=2)
