@@ -73,7 +73,7 @@ def run(args: argparse.Namespace, objective: str, seed: int, workdir: Path) -> d
     if args.refresh_every and objective != "grpo":
         command += [f"--data.vstar.refresh_every={args.refresh_every}", f"--data.vstar.num_samples={args.refresh_samples}"]
     start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=workdir, env={**os.environ, "PYTHONPATH": str(REPO)},
+    subprocess.run(command, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                    stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
     (log_dir,) = (workdir / f"{objective}-{seed}").glob("version_*")
