@@ -441,3 +441,46 @@ def test_ddp_with_the_script_launcher(workdir, tmp_path):
     ranks = [json.loads((audit / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["global_step"] for r in ranks] == [2, 2] and not set(ranks[0]["goals"]) & set(ranks[1]["goals"])
     assert ranks[0]["parameters_sha256"] == ranks[1]["parameters_sha256"]
+
+
+# ------------------------------------------------------------------------------------------------ --ckpt_path best
+def _checkpoint_config(folder):
+    from jsonargparse import Namespace
+    monitored = Namespace(class_path="lightning.pytorch.callbacks.ModelCheckpoint",
+                          init_args=Namespace(monitor="val/score", dirpath=str(folder)))
+    periodic = Namespace(class_path="lightning.pytorch.callbacks.ModelCheckpoint",
+                         init_args=Namespace(monitor=None, dirpath=str(folder)))
+    return Namespace(trainer=Namespace(callbacks=[periodic, monitored]))
+
+
+def _save_checkpoint(path, step, best):
+    """A checkpoint file as Lightning writes it, reduced to what ``best_checkpoint`` reads."""
+    callbacks = {"ModelCheckpoint{'monitor': None}": {"monitor": None, "best_model_path": str(path)},
+                 "ModelCheckpoint{'monitor': 'val/score'}": {"monitor": "val/score", "best_model_path": str(best)}}
+    torch.save({"global_step": step, "callbacks": callbacks}, path)
+
+
+def test_ckpt_path_best_is_the_best_recorded_by_the_newest_checkpoint(tmp_path):
+    from apo_lightning.lit.cli import best_checkpoint
+    first, second = tmp_path / "best-step=15.ckpt", tmp_path / "best-step=30.ckpt"
+    _save_checkpoint(first, 15, first)
+    _save_checkpoint(tmp_path / "step=20.ckpt", 20, first)  # written before the second validation
+    assert best_checkpoint(_checkpoint_config(tmp_path)) == str(first)
+    _save_checkpoint(second, 30, second)
+    _save_checkpoint(tmp_path / "last.ckpt", 45, first)  # the best stays at step 15 when later ones score lower
+    assert best_checkpoint(_checkpoint_config(tmp_path)) == str(first)
+    _save_checkpoint(tmp_path / "last.ckpt", 45, second)
+    assert best_checkpoint(_checkpoint_config(tmp_path)) == str(second)
+    second.unlink()
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        best_checkpoint(_checkpoint_config(tmp_path))
+
+
+def test_ckpt_path_best_without_a_monitor_or_a_record_says_so(tmp_path):
+    from apo_lightning.lit.cli import best_checkpoint
+    config = _checkpoint_config(tmp_path)
+    with pytest.raises(FileNotFoundError, match="records a best one"):
+        best_checkpoint(config)
+    config.trainer.callbacks = config.trainer.callbacks[:1]
+    with pytest.raises(ValueError, match="needs a ModelCheckpoint callback with a monitor"):
+        best_checkpoint(config)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from pathlib import Path
 
 import torch
 from lightning.pytorch.cli import LightningCLI
@@ -78,6 +79,43 @@ class APOLightningCLI(LightningCLI):
         torch.set_num_threads(config.num_threads)
         if config.run_name:
             name_outputs(config, config.run_name)
+        if self.subcommand in ("validate", "test") and config.get("ckpt_path") == "best":
+            config.ckpt_path = best_checkpoint(config)
+
+
+def best_checkpoint(config) -> str:
+    """``--ckpt_path best`` for ``validate``/``test`` in a new process: the best checkpoint of the run on disk.
+
+    Lightning resolves ``best`` only in the trainer that ran ``fit``; here the monitored ``ModelCheckpoint`` of the
+    config names the folder, and of its checkpoint files the one with the highest ``global_step`` says, in that
+    callback's saved state, which file is best so far (so an interrupted run's best is found too).
+
+    Raises:
+        ValueError: the config has no ``ModelCheckpoint`` with a ``monitor``.
+        FileNotFoundError: no checkpoint in its folder records a best file, or that file is gone.
+    """
+    monitored = [c.init_args for c in config.trainer.callbacks or [] if getattr(c, "class_path", "").endswith(
+        "ModelCheckpoint") and c.init_args.get("monitor")]
+    if not monitored or monitored[0].get("dirpath") is None:
+        raise ValueError("--ckpt_path best needs a ModelCheckpoint callback with a monitor and a dirpath (or "
+                         "--run_name) in the config; give a checkpoint file or 'last' instead")
+    folder, monitor = Path(monitored[0].dirpath), monitored[0].monitor
+    newest_step, best = -1, None
+    for file in sorted(folder.glob("*.ckpt")):
+        checkpoint = torch.load(file, map_location="cpu", weights_only=False)
+        for key, state in checkpoint.get("callbacks", {}).items():
+            if (key.startswith("ModelCheckpoint") and state.get("monitor") == monitor
+                    and state.get("best_model_path") and checkpoint.get("global_step", -1) > newest_step):
+                newest_step, best = checkpoint["global_step"], state["best_model_path"]
+    if best is None:
+        raise FileNotFoundError(f"--ckpt_path best: no checkpoint in {folder} records a best one by {monitor} "
+                                "(did the run validate?); give a checkpoint file or 'last' instead")
+    if not Path(best).is_file():
+        raise FileNotFoundError(f"--ckpt_path best: {best}, the best checkpoint by {monitor} recorded in {folder}, "
+                                "does not exist")
+    logging.getLogger(__name__).warning("--ckpt_path best: %s (best %s, recorded at step %d)", best, monitor,
+                                        newest_step)
+    return best
 
 
 def name_outputs(config, run_name: str) -> None:
