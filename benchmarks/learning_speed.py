@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +51,39 @@ def sixths(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values[:k]), statistics.fmean(values[-k:])
 
 
+@contextmanager
+def run_folder(path: str | None):
+    """The folder the runs log to: ``path`` (created if missing and kept), else a temporary folder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(path or tmp).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        yield folder
+
+
+def fit(setting: str, name: str, seed: int, workdir: Path, processes: int, threads: int, train_goals: int,
+        overrides: list[str]) -> tuple[float, dict[str, list[float]]]:
+    """Train one run with ``cli.py fit`` from the repository folder (no validation, no checkpoints, no callbacks),
+    logging to ``workdir/name``; returns its wall time in seconds and its TensorBoard scalars.
+
+    Raises:
+        subprocess.CalledProcessError: the run failed (its stderr went to this process's stderr).
+    """
+    data = SETTINGS[setting]
+    configs = [str(REPO / data["config"])] + ([str(REPO / data["overlay"])] if "overlay" in data else [])
+    command = [sys.executable, str(REPO / "cli.py"), "fit", *[a for c in configs for a in ("--config", c)],
+               f"--seed_everything={seed}", "--trainer.limit_val_batches=0", "--trainer.enable_checkpointing=false",
+               "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false", f"--trainer.devices={processes}",
+               f"--trainer.strategy={'ddp' if processes > 1 else 'auto'}", f"--trainer.default_root_dir={workdir}",
+               f"--trainer.logger.init_args.save_dir={workdir}", f"--trainer.logger.init_args.name={name}",
+               f"--run_name={name}", f"--data.train_goals={train_goals}", f"--num_threads={threads}", *overrides]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                   stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - start
+    (log_dir,) = (workdir / name).glob("version_*")
+    return seconds, scalars(log_dir)
+
+
 def run(args: argparse.Namespace, objective: str, seed: int, workdir: Path) -> dict:
     """One training run; returns its figures."""
     setting = SETTINGS[args.setting]
@@ -59,25 +93,15 @@ def run(args: argparse.Namespace, objective: str, seed: int, workdir: Path) -> d
     if args.refresh_every and objective != "grpo":  # refresh rollouts: train_goals x N every refresh_every steps
         refresh_cost = args.train_goals * args.refresh_samples
         steps = int(args.trajectories // (per_step + refresh_cost / args.refresh_every))
-    configs = [str(REPO / setting["config"])] + ([str(REPO / setting["overlay"])] if "overlay" in setting else [])
-    command = [sys.executable, str(REPO / "cli.py"), "fit", *[a for c in configs for a in ("--config", c)],
-               f"--seed_everything={seed}", f"--model.algorithm={objective}", f"--data.batch_size={goals}",
-               f"--trainer.max_steps={steps}", f"--data.steps_per_epoch={steps}", "--trainer.limit_val_batches=0",
-               "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false",
-               f"--trainer.devices={args.processes}", f"--trainer.strategy={'ddp' if args.processes > 1 else 'auto'}",
-               f"--trainer.default_root_dir={workdir}", f"--trainer.logger.init_args.save_dir={workdir}",
-               f"--trainer.logger.init_args.name={objective}-{seed}", f"--run_name={objective}-{seed}",
-               f"--data.train_goals={args.train_goals}", f"--num_threads={args.threads}", *args.extra]
+    overrides = [f"--model.algorithm={objective}", f"--data.batch_size={goals}", f"--trainer.max_steps={steps}",
+                 f"--data.steps_per_epoch={steps}", *args.extra]
     if objective == "grpo":
-        command.append(f"--model.grpo.group_size={setting['group']}")
+        overrides.append(f"--model.grpo.group_size={setting['group']}")
     if args.refresh_every and objective != "grpo":
-        command += [f"--data.vstar.refresh_every={args.refresh_every}", f"--data.vstar.num_samples={args.refresh_samples}"]
-    start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                   stdout=subprocess.DEVNULL)
-    seconds = time.perf_counter() - start
-    (log_dir,) = (workdir / f"{objective}-{seed}").glob("version_*")
-    values = scalars(log_dir)
+        overrides += [f"--data.vstar.refresh_every={args.refresh_every}",
+                      f"--data.vstar.num_samples={args.refresh_samples}"]
+    seconds, values = fit(args.setting, f"{objective}-{seed}", seed, workdir, args.processes, args.threads,
+                          args.train_goals, overrides)
     result = {"objective": objective, "seed": seed, "steps": steps, "trajectories": steps * per_step,
               "seconds": round(seconds, 1)}
     for tag in ("rollout/invalid_reply_rate", "rollout/reward", "rollout/success_rate"):
@@ -102,9 +126,7 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="more cli.py overrides for every run, e.g. --model.apo.beta2=0.5")
     args = parser.parse_args()
     results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(args.workdir or tmp).resolve()
-        workdir.mkdir(parents=True, exist_ok=True)
+    with run_folder(args.workdir) as workdir:
         for seed in args.seeds:
             for objective in args.objectives:
                 result = run(args, objective, seed, workdir)

@@ -26,17 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
-from learning_speed import SETTINGS as DATA_SETTINGS, scalars
+from learning_speed import SETTINGS as DATA_SETTINGS, fit, run_folder
 
-REPO = Path(__file__).resolve().parents[1]
 SETTINGS = {
     # the whole history is the default (history_turns: null), as in every config
     "old": ["--data.chat.repeat_pages=full", "--data.rollout.prefill=batched"],
@@ -47,24 +41,11 @@ SETTINGS = {
 
 def run(args: argparse.Namespace, name: str, workdir: Path) -> dict:
     """Train one setting; returns its figures."""
-    data = DATA_SETTINGS[args.setting]
-    configs = [str(REPO / data["config"])] + ([str(REPO / data["overlay"])] if "overlay" in data else [])
-    command = [sys.executable, str(REPO / "cli.py"), "fit", *[a for c in configs for a in ("--config", c)],
-               f"--seed_everything={args.seed}", "--model.algorithm=apo", f"--data.batch_size={args.batch_size}",
-               f"--trainer.max_steps={args.steps}", f"--data.steps_per_epoch={args.steps}",
-               "--trainer.limit_val_batches=0", "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]",
-               "--trainer.enable_progress_bar=false", f"--trainer.devices={args.processes}",
-               f"--trainer.strategy={'ddp' if args.processes > 1 else 'auto'}",
-               f"--trainer.default_root_dir={workdir}", f"--trainer.logger.init_args.save_dir={workdir}",
-               f"--trainer.logger.init_args.name={name}", f"--run_name={name}", f"--data.train_goals={args.train_goals}",
-               f"--num_threads={args.threads}", f"--data.vstar.num_samples={args.vstar_samples}", *SETTINGS[name],
-               *args.extra]
-    start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                   stdout=subprocess.DEVNULL)
-    seconds = time.perf_counter() - start
-    (log_dir,) = (workdir / name).glob("version_*")
-    values = scalars(log_dir)
+    overrides = ["--model.algorithm=apo", f"--data.batch_size={args.batch_size}", f"--trainer.max_steps={args.steps}",
+                 f"--data.steps_per_epoch={args.steps}", f"--data.vstar.num_samples={args.vstar_samples}",
+                 *SETTINGS[name], *args.extra]
+    seconds, values = fit(args.setting, name, args.seed, workdir, args.processes, args.threads, args.train_goals,
+                          overrides)
     rate = values["time/trajectories_per_s"]
     return {"setting": name, "steps": args.steps, "seconds": round(seconds, 1),
             "trajectories_per_s": round(statistics.fmean(rate), 3), "per_step": [round(v, 3) for v in rate],
@@ -88,9 +69,7 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="more cli.py overrides for every setting")
     args = parser.parse_args()
     results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(args.workdir or tmp).resolve()
-        workdir.mkdir(parents=True, exist_ok=True)
+    with run_folder(args.workdir) as workdir:
         for name in args.settings:
             result = run(args, name, workdir)
             results.append(result)

@@ -102,7 +102,7 @@ def best_checkpoint(config) -> str:
     folder, monitor = Path(monitored[0].dirpath), monitored[0].monitor
     newest_step, best = -1, None
     for file in sorted(folder.glob("*.ckpt")):
-        checkpoint = torch.load(file, map_location="cpu", weights_only=False)
+        checkpoint = torch.load(file, map_location="cpu", weights_only=False, mmap=True)  # tensors stay on disk
         for key, state in checkpoint.get("callbacks", {}).items():
             if (key.startswith("ModelCheckpoint") and state.get("monitor") == monitor
                     and state.get("best_model_path") and checkpoint.get("global_step", -1) > newest_step):
