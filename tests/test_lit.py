@@ -292,6 +292,20 @@ def test_v_star_cache_key_covers_what_v_star_depends_on():
     assert key(rollout=RolloutSettings(max_new_tokens=8, temperature=0.5)) == base  # stage 2 sampling: not a part
 
 
+def test_train_goal_indices_fix_the_training_goals_and_refuse_goals_outside_the_train_split():
+    from apo_lightning.lit.settings import EnvConfig
+
+    env = EnvConfig(data_dir=None, max_steps=3)
+    train = env.split("train")
+    chosen = [train[5], train[2], train[9]]
+    data = WebShopRLDataModule(env=env, train_goals=4, train_goal_indices=chosen)
+    assert data.pool() == chosen  # exactly these, in this order; train_goals is ignored
+    assert WebShopRLDataModule(env=env, train_goals=4).pool() == list(train[:4])
+    assert data.vstar_key_parts("w")["goals"] == chosen  # stage 1's cache key follows the goals
+    with pytest.raises(ValueError, match=rf"\[{env.split('test')[0]}\] are not in the train split"):
+        WebShopRLDataModule(env=env, train_goal_indices=[train[0], env.split("test")[0]]).pool()
+
+
 # ------------------------------------------------------------------------------------------------ skipped steps
 def test_non_finite_loss_skips_the_step(workdir, monkeypatch):
     from apo_lightning.apo.objectives import OBJECTIVES, apo

@@ -87,6 +87,8 @@ class WebShopRLDataModule(WebShopDataModule):
         rollouts_per_goal: trajectories per goal in a training batch (linked: 1 for A*-PO, G for GRPO).
         batch_size: goals per training batch per process.
         train_goals: use the first N training goals (0 = all); stage 1 runs on exactly these.
+        train_goal_indices: train on exactly these goals instead (indices into the catalog's goals, each in the
+            train split; ``train_goals`` is then ignored). For small fixed settings such as the learning sanity test.
         steps_per_epoch: training batches per epoch (validation runs at epoch ends).
         val_goals: validation goals rolled out greedily each validation (first N of the val split; 0 = all).
         test_goals: test goals for ``cli.py test`` (first N of the test split; 0 = all).
@@ -101,7 +103,7 @@ class WebShopRLDataModule(WebShopDataModule):
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
                  model_name_or_path: str = "data/models/tiny-sft", tiny: TinyPolicySpec | None = None, seed: int = 0,
                  algorithm: Algorithm = "apo", rollouts_per_goal: int = 1, batch_size: int = 16, train_goals: int = 0,
-                 steps_per_epoch: int = 50, val_goals: int = 64, test_goals: int = 0, eval_batch_size: int = 32,
+                 train_goal_indices: list[int] | None = None, steps_per_epoch: int = 50, val_goals: int = 64, test_goals: int = 0, eval_batch_size: int = 32,
                  rollout: RolloutSettings = RolloutSettings(), vstar: VStarConfig = VStarConfig(),
                  anchor_demos: int = 0, demo_cache_dir: str = "data/sft"):
         super().__init__()
@@ -116,6 +118,7 @@ class WebShopRLDataModule(WebShopDataModule):
         self.rollouts_per_goal = rollouts_per_goal
         self.batch_size = batch_size
         self.train_goals = train_goals
+        self.train_goal_indices = list(train_goal_indices) if train_goal_indices else None
         self.steps_per_epoch = steps_per_epoch
         self.val_goals = val_goals
         self.test_goals = test_goals
@@ -133,8 +136,19 @@ class WebShopRLDataModule(WebShopDataModule):
 
     # ------------------------------------------------------------------------------------------------ stage 1
     def pool(self) -> list[int]:
-        """The training goals stage 1 covers: the first ``train_goals`` of the train split."""
+        """The training goals stage 1 covers: ``train_goal_indices`` if given, else the first ``train_goals`` of the
+        train split.
+
+        Raises:
+            ValueError: a ``train_goal_indices`` entry is not a goal of the train split.
+        """
         goals = self.env.split("train")
+        if self.train_goal_indices:
+            outside = sorted(set(self.train_goal_indices) - set(goals))
+            if outside:
+                raise ValueError(f"train_goal_indices {outside} are not in the train split "
+                                 f"(goal indices {min(goals)}…{max(goals)} of this catalog's split)")
+            return list(self.train_goal_indices)
         return goals[: self.train_goals] if self.train_goals else goals
 
     def vstar_key_parts(self, reference_hash: str) -> dict:

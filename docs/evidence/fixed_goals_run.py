@@ -5,10 +5,10 @@
 
 The learning-sanity experiments of docs/experiments.md ("Learning sanity setting"): configs/quickstart.yaml from
 models/quickstart-ref, one process, the success reward, stage 1 with N = 8 samples, 8 trajectories a step, β2 0.1,
-no warm-up, no validation, ``STEPS`` (default 24) steps; the command line adds overrides. The goals replace the
-training split's first ``train_goals`` (the data module's ``pool`` is patched: an experiment, not a product
-option). Last line: one JSON object with the per-step success rates, the mean of the first and last 4 steps, the
-KL to π_ref (``train/kl``, every 4th step) and the wall time.
+no warm-up, no validation, ``STEPS`` (default 24) steps; the command line adds overrides. The goals go to the
+data module's ``train_goal_indices`` (the first runs patched its ``pool``, to the same effect). Last line: one JSON
+object with the per-step success rates, the mean of the first and last 4 steps, the KL to π_ref (``train/kl``, every
+4th step) and the wall time.
 """
 
 import json
@@ -20,12 +20,10 @@ from pathlib import Path
 from lightning.pytorch import Callback
 
 from apo_lightning.lit.cli import build_cli
-from apo_lightning.lit.rl_data import WebShopRLDataModule
 
 REPO = Path(__file__).resolve().parents[2]
 GOALS = [int(g) for g in os.environ["GOALS"].split(",")]
 STEPS = int(os.environ.get("STEPS", 24))
-WebShopRLDataModule.pool = lambda self: list(GOALS)
 
 
 class Track(Callback):
@@ -45,7 +43,7 @@ class Track(Callback):
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false", "--trainer.logger=false",
          "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false"]
 SETTING = ["--trainer.devices=1", "--trainer.strategy=auto", f"--model.model_name_or_path={REPO / 'models/quickstart-ref'}",
-           "--data.vstar.num_samples=8", "--data.chat.reward=success", "--data.batch_size=8",
+           f"--data.train_goal_indices={GOALS}", "--data.vstar.num_samples=8", "--data.chat.reward=success", "--data.batch_size=8",
            f"--data.steps_per_epoch={STEPS}", f"--trainer.max_steps={STEPS}", "--trainer.limit_val_batches=0",
            "--model.apo.beta2=0.1", "--model.learning_rate=1e-4", "--model.warmup_steps=0"]
 
