@@ -7,8 +7,13 @@ samples each at temperature 1: on these six every sample bought the goal's produ
 success reward, V* at the mean of π_ref's 8 stage-1 samples (β1 100; see ``VStarConfig.beta1``), β2 0.1, lr 3e-4,
 12 trajectories a step (each goal twice). A*-PO's sampled success rate must go from the reference's chance level
 (about 0.4) to at least 0.9 within a few dozen steps (the mean of steps 33–40) — and the test must fail when the loss's sign is flipped or the
-gradient is zeroed (``APO_SANITY_BREAK=sign`` or ``zero``). Measured runs: docs/experiments.md, "Learning sanity
-setting".
+gradient is zeroed (``APO_SANITY_BREAK=sign`` or ``zero``).
+
+Status: it passes at run seed 0 (0.42 -> 0.92, 241 s) and fails broken (sign: 0.00, zero: 0.39), but the recipe is
+not robust: run seeds 1 and 2 reach 0.56 and 0.82 by step 40 (at seed 1 the policy settles on a wrong option for
+two goals and never samples a success there again), and training is not bit-reproducible across machines, so on
+another CPU this test can fail without a regression. It is therefore in the slow suite (``-m slow``), not the fast
+one. Measured runs: docs/experiments.md, "Learning sanity setting".
 """
 
 import os
@@ -42,6 +47,7 @@ class SampledSuccess(Callback):
         self.per_step.append(sum(t.success for t in batch["trajectories"]) / len(batch["trajectories"]))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="models/quickstart-ref is not in this checkout")
 def test_a_star_po_learns_the_option_clicks_the_reference_gets_right_by_chance(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

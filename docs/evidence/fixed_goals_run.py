@@ -7,8 +7,8 @@ The learning-sanity experiments of docs/experiments.md ("Learning sanity setting
 models/quickstart-ref, one process, the success reward, stage 1 with N = 8 samples, 8 trajectories a step, β2 0.1,
 no warm-up, no validation, ``STEPS`` (default 24) steps; the command line adds overrides. The goals go to the
 data module's ``train_goal_indices`` (the first runs patched its ``pool``, to the same effect). Last line: one JSON
-object with the per-step success rates, the mean of the first and last 4 steps, the KL to π_ref (``train/kl``, every
-4th step) and the wall time.
+object with the per-step success rates, the mean of the first and last 4 steps, each goal's success rate over the
+last 8 steps, the KL to π_ref (``train/kl``, every 4th step) and the wall time.
 """
 
 import json
@@ -30,11 +30,12 @@ class Track(Callback):
     """Sampled success of each training batch and the KL after each step."""
 
     def __init__(self):
-        self.success, self.kl, self.t0 = [], [], time.time()
+        self.success, self.kl, self.by_goal, self.t0 = [], [], [], time.time()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         trajectories = batch["trajectories"]
         self.success.append(sum(t.success for t in trajectories) / len(trajectories))
+        self.by_goal.append([(t.goal_index, t.success) for t in trajectories])
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.kl.append(float(trainer.callback_metrics.get("train/kl", float("nan"))))
@@ -53,6 +54,9 @@ if __name__ == "__main__":
     rl.trainer.callbacks.append(track)
     rl.trainer.fit(rl.model, rl.datamodule)
     s = track.success
+    last8 = [pair for step in track.by_goal[-8:] for pair in step]
+    per_goal = {g: round(sum(ok for h, ok in last8 if h == g) / max(1, sum(h == g for h, _ in last8)), 3) for g in GOALS}
     print(json.dumps({"args": sys.argv[1:], "goals": GOALS, "first4": sum(s[:4]) / 4, "last4": sum(s[-4:]) / 4,
                       "per_step": [round(x, 3) for x in s], "kl": [round(x, 2) for x in track.kl[::4]],
-                      "kl_end": track.kl[-1] if track.kl else None, "wall_s": round(time.time() - track.t0)}))
+                      "kl_end": track.kl[-1] if track.kl else None,
+                      "last8_by_goal": per_goal, "wall_s": round(time.time() - track.t0)}))
