@@ -2,6 +2,7 @@
 and succeeds only sometimes.
 
     python docs/evidence/option_goals_scan.py 96        # the first 96 training goals, 8 samples each (about 2 min)
+    python docs/evidence/option_goals_scan.py 1313 1    # every training goal with exactly one goal option
 
 Samples ``models/quickstart-ref`` 8 times per goal at temperature 1 on the synthetic catalog (the quick start's
 settings: 10 turns, 64 new tokens, the success reward) in 2 processes, and prints one line per goal with 2 to 6
@@ -19,6 +20,8 @@ from apo_lightning.webshop import WebShop
 if __name__ == "__main__":
     shop = WebShop.load(None, goals="synthetic", seed=233)
     train = list(shop.split("train"))[: int(sys.argv[1])]
+    if len(sys.argv) > 2:  # only the goals with this many goal options
+        train = [g for g in train if len(shop.goals[g].get("goal_options") or []) == int(sys.argv[2])]
     job = PolicyRollouts(model="models/quickstart-ref", data_dir=None, goal_kind="synthetic", catalog_seed=233,
                          chat=ChatFormat(reward="success"), max_new_tokens=64, batch_size=32, max_steps=10, seed=0,
                          purpose="scan", greedy=False, samples=8, temperature=1.0)
