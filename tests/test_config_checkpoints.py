@@ -1,9 +1,11 @@
-"""``--ckpt_path last`` must be the run's final step in every config that saves a best-by-metric checkpoint.
+"""``--ckpt_path last`` must be the run's final step in every config that writes a ``last.ckpt``.
 
-Lightning (2.6) writes ``last.ckpt`` of a ``ModelCheckpoint`` with a ``monitor`` only when that callback also saved
-a top-k checkpoint, so with ``save_top_k: 1`` alone ``last.ckpt`` is the best step so far, not the last one: a quick
-start whose validation score fell at its last validation tested (and would resume from) an earlier step. Each config
-therefore keeps a second, unmonitored ``ModelCheckpoint`` for ``last.ckpt``. This test trains a tiny module under
+Lightning (2.6) writes ``last.ckpt`` of a ``ModelCheckpoint`` with a ``monitor`` at a validation only when that
+callback also saved a top-k checkpoint, so with ``save_top_k: 1`` saving at validations ``last.ckpt`` is the best step
+so far, not the last one: a quick start whose validation score fell at its last validation tested (and would resume
+from) an earlier step. Such a config keeps a second, unmonitored ``ModelCheckpoint`` for ``last.ckpt``. (A monitored
+callback that saves every N training steps writes ``last.ckpt`` at each of them, so those configs are right as they
+are.) This test trains a tiny module under
 each config's checkpoint callbacks with a monitored metric that gets worse at every validation and checks that
 ``last.ckpt`` holds the final step.
 """
@@ -19,14 +21,22 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = ["quickstart.yaml", "webshop_1k.yaml", "qwen2.5_0.5b_gpu.yaml", "sft_tiny.yaml"]
 
 
-def checkpoint_callbacks(config: str, dirpath: Path) -> list[ModelCheckpoint]:
-    """The config's ``ModelCheckpoint`` callbacks, built from its YAML, writing to ``dirpath``."""
-    callbacks = yaml.safe_load((REPO / "configs" / config).read_text())["trainer"]["callbacks"]
-    return [ModelCheckpoint(dirpath=dirpath, **c.get("init_args", {})) for c in callbacks
-            if c["class_path"].endswith("ModelCheckpoint")]
+def checkpoint_arguments(config: Path) -> list[dict]:
+    """The ``init_args`` of the config's ``ModelCheckpoint`` callbacks (none for a config without callbacks)."""
+    callbacks = (yaml.safe_load(config.read_text()).get("trainer") or {}).get("callbacks") or []
+    return [c.get("init_args") or {} for c in callbacks if c["class_path"].endswith("ModelCheckpoint")]
+
+
+#: every config that writes a last.ckpt
+CONFIGS = sorted(p.relative_to(REPO / "configs").as_posix() for p in (REPO / "configs").rglob("*.yaml")
+                 if any(a.get("save_last") for a in checkpoint_arguments(p)))
+
+
+def test_the_configs_with_a_best_by_metric_checkpoint_are_among_those_tested():
+    monitored = {"quickstart.yaml", "webshop_1k.yaml", "qwen2.5_0.5b_gpu.yaml", "smollm2_gpu.yaml", "sft_tiny.yaml"}
+    assert monitored <= set(CONFIGS)
 
 
 class WorseEachValidation(LightningModule):
@@ -54,10 +64,9 @@ class WorseEachValidation(LightningModule):
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_last_checkpoint_is_the_final_step_when_the_monitored_metric_gets_worse(config, tmp_path):
-    callbacks = checkpoint_callbacks(config, tmp_path)
-    assert any(c.monitor for c in callbacks), f"{config}: no best-by-metric checkpoint to test against"
-    every = [c._every_n_train_steps for c in callbacks if c.save_last] or [1]
-    steps = 2 * math.lcm(*[max(1, n) for n in every])
+    arguments = checkpoint_arguments(REPO / "configs" / config)
+    callbacks = [ModelCheckpoint(dirpath=tmp_path, **a) for a in arguments]
+    steps = 4 * math.lcm(*[max(1, a.get("every_n_train_steps") or 1) for a in arguments if a.get("save_last")])
     data = DataLoader(TensorDataset(torch.ones(steps // 2, 1)), batch_size=1)  # two epochs, a validation after each
     trainer = Trainer(max_steps=steps, callbacks=callbacks, logger=False,
                       enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
