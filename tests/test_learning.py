@@ -6,8 +6,8 @@ product but clicks the two goal options right only by chance (a sampling scan of
 samples each at temperature 1: on these six every sample bought the goal's product and 2 to 5 of 8 succeeded), the
 success reward, V* at the mean of π_ref's 8 stage-1 samples (β1 100; see ``VStarConfig.beta1``), β2 0.1, lr 3e-4,
 12 trajectories a step (each goal twice). A*-PO's sampled success rate must go from the reference's chance level
-(about 0.4) to at least 0.9 within a few dozen steps (the mean of steps 33–40) — and the test must fail when the loss's sign is flipped or the
-gradient is zeroed (``APO_SANITY_BREAK=sign`` or ``zero``).
+(about 0.4) to at least 0.9 within a few dozen steps (the mean of steps 33–40) — and the test must fail when the
+loss's sign is flipped or the gradient is zeroed (``APO_SANITY_BREAK=sign`` or ``zero``).
 
 Status: it passes at run seed 0 (0.42 -> 0.92, 241 s) and fails broken (sign: 0.00, zero: 0.39), but the recipe is
 not robust: run seeds 1 and 2 reach 0.56 and 0.82 by step 40 (at seed 1 the policy settles on a wrong option for

@@ -108,7 +108,8 @@ class WebShopRLDataModule(WebShopDataModule):
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
                  model_name_or_path: str = "data/models/tiny-sft", tiny: TinyPolicySpec | None = None, seed: int = 0,
                  algorithm: Algorithm = "apo", rollouts_per_goal: int = 1, batch_size: int = 16, train_goals: int = 0,
-                 train_goal_indices: list[int] | None = None, steps_per_epoch: int = 50, val_goals: int = 64, test_goals: int = 0, eval_batch_size: int = 32,
+                 train_goal_indices: list[int] | None = None, steps_per_epoch: int = 50, val_goals: int = 64,
+                 test_goals: int = 0, eval_batch_size: int = 32,
                  rollout: RolloutSettings = RolloutSettings(), vstar: VStarConfig = VStarConfig(),
                  anchor_demos: int = 0, demo_cache_dir: str = "data/sft"):
         super().__init__()

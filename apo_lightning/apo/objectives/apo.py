@@ -24,7 +24,8 @@ class APOSettings:
             log-ratio is ``(r − V*)/β2``; larger β2 keeps the policy nearer π_ref, which suits short action replies.
             The paper's 1e-3 goes with its lr 1e-6 (at which 24 quick-start steps change no greedy episode); with
             lr ≥ 1e-4 on the 2 M-parameter references, β2 0.05 and the score reward, the targets of ±10 nats or
-            more run away (KL 181 nats and 45 % unparseable replies at lr 3e-4 on the quick start; docs/experiments.md).
+            more run away (KL 181 nats and 45 % unparseable replies at lr 3e-4 on the quick start;
+            docs/experiments.md).
         entropy_coef: subtract this times the policy's mean entropy per generated token from the loss (the
             authors' trainer: 0.001); 0 = the regression alone.
     """
