@@ -306,6 +306,53 @@ def test_train_goal_indices_fix_the_training_goals_and_refuse_goals_outside_the_
         WebShopRLDataModule(env=env, train_goal_indices=[train[0], env.split("test")[0]]).pool()
 
 
+class RowRecorder(Callback):
+    """Per training batch: the fresh trajectories' count, every row's goal, reward, V* and group, and how many rows
+    the module's packed batch (what the loss sees) holds."""
+
+    def __init__(self):
+        self.rows = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        with torch.no_grad():
+            packed_rows = pl_module.packed_batch(batch).reward.shape[0]
+        self.rows.append({"fresh": len(batch["trajectories"]), "goal": batch["goal_index"].tolist(),
+                          "reward": batch["reward"].tolist(), "v_star": batch["v_star"].tolist(),
+                          "group": batch["group"].tolist(), "packed": packed_rows})
+
+
+def test_stage1_samples_are_reused_as_regression_rows_with_their_v_star(workdir, monkeypatch):
+    run = ["--trainer.max_steps=2", *NO_CHECKPOINTS, "--data.vstar.cache_dir=data/vstar-reuse"]
+    plain = fit(*run)  # a V* table cached without its trajectories
+    first = RowRecorder()
+    cli = fit(*run, "--data.vstar.reuse=3", callbacks=[first])
+    data = cli.datamodule
+    assert data.v_star.rewards == plain.datamodule.v_star.rewards  # sampled again, to the same rewards
+    pool = set(data.goal_pool)  # one process: its share is the whole pool
+    for batch in first.rows:
+        fresh = batch["fresh"]
+        assert fresh == 2 and len(batch["reward"]) == fresh + 3 and batch["packed"] == fresh + 3
+        for goal, reward, v_star in zip(batch["goal"][fresh:], batch["reward"][fresh:], batch["v_star"][fresh:]):
+            assert goal in pool and any(reward == pytest.approx(r) for r in data.v_star.rewards[str(goal)])
+            assert v_star == pytest.approx(data.v_star.v_star[str(goal)])
+        assert len(set(batch["group"])) == len(batch["group"])  # one goal per fresh row here, each reused row alone
+    assert first.rows[0]["goal"][2:] != first.rows[1]["goal"][2:] or first.rows[0]["reward"][2:] != \
+        first.rows[1]["reward"][2:]  # drawn afresh for each batch
+    stored = {g: [r["reward"] for r in records] for g, records in data.reference_samples.items()}
+    assert stored == data.v_star.rewards  # the kept trajectories are the ones V* came from
+
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("stage 1 sampled although its trajectories were cached")
+
+    monkeypatch.setattr(WebShopRLDataModule, "sample_rewards", no_sampling)
+    again = RowRecorder()
+    fit(*run, "--data.vstar.reuse=3", callbacks=[again])
+    assert [b["reward"][2:] for b in again.rows] == [b["reward"][2:] for b in first.rows]
+    assert [b["goal"][2:] for b in again.rows] == [b["goal"][2:] for b in first.rows]
+    with pytest.raises(ValueError, match="the grpo objective has no stage 1"):
+        fit(*run, "--data.vstar.reuse=3", "--model.algorithm=grpo")
+
+
 # ------------------------------------------------------------------------------------------------ skipped steps
 def test_non_finite_loss_skips_the_step(workdir, monkeypatch):
     from apo_lightning.apo.objectives import OBJECTIVES, apo

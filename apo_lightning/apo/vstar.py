@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..utils.files import atomic_write_text
+from ..utils.files import atomic_write, atomic_write_text
 from ..utils.hashing import cache_key, canonical
 from .checks import require_ndim, require_positive_finite
 
@@ -296,11 +296,40 @@ class VStarCache:
         atomic_write_text(path, text)
         return path
 
+    def samples_path(self, key: str) -> Path:
+        """The file of the reference trajectories behind ``key``'s rewards (``<key>.samples.pt``)."""
+        return self.path_for(key).with_suffix(".samples.pt")
+
+    def save_samples(self, key: str, samples: Mapping[str, list[dict]]) -> Path:
+        """Write the stage-1 trajectories (goal id -> plain records of lists and numbers) atomically; returns the
+        path. Kept only when a run reuses them as regression rows (``VStarConfig.reuse``)."""
+        path = self.samples_path(key)
+        with atomic_write(path, "wb") as f:
+            torch.save(dict(samples), f)
+        return path
+
+    def load_samples(self, key: str) -> dict[str, list[dict]] | None:
+        """The stage-1 trajectories stored for ``key``, or None if there are none or the file is unusable (then
+        with a :class:`VStarCacheWarning`; they are sampled again)."""
+        path = self.samples_path(key)
+        if not path.exists():
+            return None
+        try:
+            samples = torch.load(path, weights_only=True)
+            if not isinstance(samples, dict):
+                raise ValueError(f"top level is a {type(samples).__name__}, not a dict")
+        except Exception as err:  # noqa: BLE001 - any unreadable file is re-sampled, never a crash
+            warnings.warn(f"V* samples file {path} is unusable ({type(err).__name__}: {err}); sampling again",
+                          VStarCacheWarning, stacklevel=2)
+            return None
+        return samples
+
     def get_or_compute(
         self,
         key_parts: Mapping[str, Any],
         compute_fn: Callable[[], Mapping[Any, Iterable[float]]],
         beta1: float,
+        recompute: bool = False,
     ) -> VStarTable:
         """The V* table for ``key_parts``: from the cache if a usable file exists, else computed and saved.
 
@@ -312,6 +341,8 @@ class VStarCache:
             key_parts: everything V* depends on (see :func:`cache_key`); include β1 and N.
             compute_fn: no-argument callable returning goal id -> ``N`` reward samples (same ``N`` for all goals).
             beta1: stage-1 temperature, finite and > 0.
+            recompute: call ``compute_fn`` and overwrite the file even if it is usable (when the caller needs what
+                the file does not keep, e.g. the trajectories themselves).
 
         Returns:
             the :class:`VStarTable`.
@@ -324,7 +355,7 @@ class VStarCache:
         if not (isinstance(beta1, (int, float)) and math.isfinite(beta1) and beta1 > 0):
             raise ValueError(f"beta1 must be a finite number > 0, got {beta1!r}")
         key = cache_key(key_parts, CACHE_FORMAT_VERSION)
-        payload = self.load(key)
+        payload = None if recompute else self.load(key)
         if payload is not None:
             return VStarTable.from_rewards(key, payload["rewards"], beta1, payload.get("key_parts") or {})
         rewards = compute_fn()

@@ -27,14 +27,15 @@ from typing import Literal
 import torch
 
 from ..apo.objectives import OBJECTIVES, Algorithm
-from ..apo.vstar import VStarCache, VStarTable
+from ..apo.vstar import CACHE_FORMAT_VERSION, VStarCache, VStarTable
 from ..eval.metrics import sample_statistics
 from ..models.loading import load_policy, resolve_device
 from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
 from ..rollout.collate import collate_trajectories, pad_batch
 from ..rollout.engine import RolloutEngine, rollout_goals
-from ..utils.hashing import hash_state_dict
+from ..rollout.trajectory import Trajectory, regression_record, regression_trajectory
+from ..utils.hashing import cache_key, hash_state_dict
 from ..utils.seeds import derive_seed
 from .demos import demonstration_cache, load_demonstrations
 from .settings import EnvConfig, RolloutSettings, WebShopDataModule, ensure_policy
@@ -61,6 +62,13 @@ class VStarConfig:
             sample earned a reward above 0 (the A*-PO authors drop the rest); "informative", those whose N rewards
             are not all equal (RAGEN's StarPO-S keeps the high-variance prompts).
         refresh_every: re-estimate V* with the current policy every K training batches (0 = never).
+        reuse: stage-1 reference trajectories added to every training batch (per process) as extra regression rows,
+            0 = none (the paper's stage 2: fresh trajectories only). A*-PO's regression target holds for a
+            trajectory from any policy that covers it: π* satisfies ``β2 · log π*(y|x)/π_ref(y|x) = r(x, y) −
+            V*(x)`` for every y (Brantley et al. 2025, §3), so π_ref's stage-1 samples, already paid for, are
+            valid rows. They are drawn from this process's share of the goal pool, afresh for every batch (a pure
+            function of the run seed, rank and batch number), and kept beside the V* table
+            (``<key>.samples.pt``). Only for objectives that use V*.
         cache_dir: where V* tables are cached.
         device: where the stage-1 rollouts run: "auto" (CUDA when available, else CPU), "cpu" or "cuda". Not a
             part of the cache key: samples drawn on either device estimate the same V*.
@@ -72,6 +80,7 @@ class VStarConfig:
     batch_size: int = 32
     goal_filter: Literal["all", "nonzero", "informative"] = "all"
     refresh_every: int = 0
+    reuse: int = 0
     cache_dir: str = "data/vstar"
     device: str = "auto"
 
@@ -134,6 +143,7 @@ class WebShopRLDataModule(WebShopDataModule):
         self.anchor_demos = anchor_demos
         self.demo_cache_dir = demo_cache_dir
         self.demos: list[dict] = []
+        self.reference_samples: dict[str, list[dict]] = {}  # stage-1 trajectories, with vstar.reuse
         self.v_star: VStarTable | None = None
         self.refreshed_at: int | None = None  # the batch whose start last refreshed V* (checkpointed with the table)
         self.goal_pool: list[int] = []
@@ -176,10 +186,12 @@ class WebShopRLDataModule(WebShopDataModule):
             "version": 2,
         }
 
-    def sample_rewards(self, model, tokenizer, goals: list[int], purpose: str) -> dict[str, list[float]]:
+    def sample_rewards(self, model, tokenizer, goals: list[int], purpose: str,
+                       keep: dict[str, list[dict]] | None = None) -> dict[str, list[float]]:
         """N sampled trajectory rewards per goal under ``model`` (π_ref, or the current policy on a refresh), the
         work split across ranks: each samples every ``world_size``-th goal with its own seed (derived from the run
-        seed, ``purpose`` and its rank), and the parts are gathered so that every rank returns all of them."""
+        seed, ``purpose`` and its rank), and the parts are gathered so that every rank returns all of them. With
+        ``keep``, the trajectories themselves are gathered into it too, goal id -> N ``regression_record``\ s."""
         share = goals[self.rank::self.world_size]
         engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens,
                                temperature=self.vstar.temperature)
@@ -189,13 +201,19 @@ class WebShopRLDataModule(WebShopDataModule):
                                      observation_mode=self.env.observation_mode, max_steps=self.env.max_steps,
                                      progress=self.rank == 0, description=f"{purpose} samples (rank 0)")
         rewards: dict[str, list[float]] = {str(g): [] for g in share}
+        samples: dict[str, list[dict]] = {str(g): [] for g in share}
         for t in trajectories:
             rewards[str(t.goal_index)].append(t.reward)
-        if self.world_size == 1:
-            return rewards
-        gathered: list = [None] * self.world_size
-        torch.distributed.all_gather_object(gathered, rewards)
-        return {goal: samples for part in gathered for goal, samples in part.items()}
+            if keep is not None:
+                samples[str(t.goal_index)].append(regression_record(t))
+        if self.world_size > 1:
+            gathered: list = [None] * self.world_size
+            torch.distributed.all_gather_object(gathered, (rewards, samples if keep is not None else {}))
+            rewards = {goal: r for part, _ in gathered for goal, r in part.items()}
+            samples = {goal: s for _, part in gathered for goal, s in part.items()}
+        if keep is not None:
+            keep.update(samples)
+        return rewards
 
     def _stage1_device(self) -> str:
         """Where this rank's stage-1 rollouts run: ``vstar.device``, on this rank's own GPU under a trainer."""
@@ -208,15 +226,31 @@ class WebShopRLDataModule(WebShopDataModule):
 
         All ranks look the key up before any of them samples, and sampling ends in a collective, so they agree
         on hit or miss; every rank then holds the whole table.
+
+        With ``vstar.reuse``, the stage-1 trajectories are kept as well (``reference_samples``); a cached table
+        without them is sampled again (the same seeds give the same rewards).
         """
         model, tokenizer = load_policy(self.reference_model)
         key_parts = self.vstar_key_parts(hash_state_dict(model.state_dict()))
+        cache = VStarCache(self.vstar.cache_dir)
+        key = cache_key(key_parts, CACHE_FORMAT_VERSION)
+        stored = cache.load_samples(key) if self.vstar.reuse else None
+        sampled: dict[str, list[dict]] = {}
 
         def compute_fn() -> dict[str, list[float]]:
             model.to(self._stage1_device())
-            return self.sample_rewards(model, tokenizer, self.pool(), "stage1")
+            return self.sample_rewards(model, tokenizer, self.pool(), "stage1",
+                                       keep=sampled if self.vstar.reuse else None)
 
-        return VStarCache(self.vstar.cache_dir).get_or_compute(key_parts, compute_fn, self.vstar.beta1)
+        table = cache.get_or_compute(key_parts, compute_fn, self.vstar.beta1,
+                                     recompute=bool(self.vstar.reuse) and stored is None)
+        if self.vstar.reuse:
+            if stored is None:
+                stored = sampled
+                if self.rank == 0:
+                    cache.save_samples(key, stored)
+            self.reference_samples = stored
+        return table
 
     def _set_v_star(self, table: VStarTable, what: str) -> None:
         self.v_star = table
@@ -238,6 +272,9 @@ class WebShopRLDataModule(WebShopDataModule):
         if stage not in ("fit", None):
             return
         pool = self.pool()
+        if self.vstar.reuse and not self.objective.needs_v_star:
+            raise ValueError(f"vstar.reuse adds stage-1 samples with their V*; the {self.objective.name} objective "
+                             "has no stage 1: set vstar.reuse to 0")
         if self.objective.needs_v_star and self.v_star is None:
             self._set_v_star(self._load_vstar(), "stage 1")
             if self.vstar.goal_filter != "all":
@@ -282,11 +319,24 @@ class WebShopRLDataModule(WebShopDataModule):
                          f"V* refreshed before batch {batch_number}")
         self.refreshed_at = batch_number
 
+    def reused_samples(self, batch_number: int) -> list[Trajectory]:
+        """``vstar.reuse`` stage-1 reference trajectories for batch ``batch_number``, drawn without replacement from
+        the samples of this rank's share of the goal pool with a seed derived from (run seed, rank, batch number);
+        empty without ``vstar.reuse``."""
+        if not self.vstar.reuse:
+            return []
+        shard = self.goal_pool[self.rank::self.world_size]
+        candidates = [(g, record) for g in shard for record in self.reference_samples[str(g)]]
+        rng = random.Random(derive_seed(self.seed, "reuse", self.rank, batch_number))
+        chosen = rng.sample(candidates, min(self.vstar.reuse, len(candidates)))
+        return [regression_trajectory(g, record) for g, record in chosen]
+
     def train_batch(self, batch_number: int) -> dict:
         """Training batch ``batch_number``: ``rollouts_per_goal`` fresh trajectories of the current policy for each
-        of this rank's goals, collated (``rollout.collate.collate_trajectories``), with per trajectory ``v_star``
-        (B,) float32 (0 without V*) and ``group`` (B,) int64 (the goal's position in the batch), and
-        ``trajectories``, ``rollout_seconds``, ``batch_number``, ``stage1`` (the sample statistics of a V* table
+        of this rank's goals, then ``vstar.reuse`` stage-1 reference trajectories (``reused_samples``), collated
+        (``rollout.collate.collate_trajectories``; rows in that order), with per row ``v_star`` (B,) float32 (0
+        without V*) and ``group`` (B,) int64 (the goal's position in the batch; each reused row its own), and
+        ``trajectories`` (the fresh ones only, R ≤ B), ``rollout_seconds``, ``batch_number``, ``stage1`` (the sample statistics of a V* table
         made since the last batch, else None), and with ``anchor_demos`` a ``demos`` batch (``pad_batch``)."""
         refresh = self.vstar.refresh_every
         if refresh and batch_number and batch_number % refresh == 0 and self.refreshed_at != batch_number:
@@ -301,10 +351,14 @@ class WebShopRLDataModule(WebShopDataModule):
         with self._rollout_context():
             trajectories = engine.rollout(self.env.envs(len(goal_list)), goal_list,
                                           seed=derive_seed(self.seed, "rollout", self.rank, batch_number))
-        batch = collate_trajectories(trajectories, tokenizer.pad_token_id)
-        batch["v_star"] = (self.v_star.lookup(goal_list) if self.objective.needs_v_star
-                           else torch.zeros(len(goal_list)))
-        batch["group"] = torch.arange(len(goals)).repeat_interleave(self.rollouts_per_goal)
+        reused = self.reused_samples(batch_number)
+        rows = trajectories + reused
+        batch = collate_trajectories(rows, tokenizer.pad_token_id)
+        row_goals = [t.goal_index for t in rows]
+        batch["v_star"] = (self.v_star.lookup(row_goals) if self.objective.needs_v_star
+                           else torch.zeros(len(row_goals)))
+        batch["group"] = torch.cat([torch.arange(len(goals)).repeat_interleave(self.rollouts_per_goal),
+                                    len(goals) + torch.arange(len(reused))])
         batch.update(trajectories=trajectories, rollout_seconds=time.perf_counter() - start,
                      batch_number=batch_number, stage1=self._stage1_to_log)
         if self.anchor_demos:

@@ -150,8 +150,8 @@ class WebShopRLModule(LightningModule):
     # ------------------------------------------------------------------------------------------------ training
     def packed_batch(self, batch: dict) -> PackedBatch:
         """Log π (with gradients), log π_ref and the sampling-time log π at the generated tokens, one row per
-        trajectory, with the batch's rewards, V* and groups."""
-        n = len(batch["trajectories"])
+        trajectory (the fresh ones, then any reused stage-1 samples), with the batch's rewards, V* and groups."""
+        n = len(batch["reward"])
         tokens, attention, gen_mask = batch["input_ids"], batch["attention_mask"], batch["gen_mask"]
         logp, entropy = generated_logprobs(self.policy, tokens, attention, gen_mask, with_entropy=True)  # (S, T)
         ref_logp = self.reference_logprobs(tokens, attention, gen_mask)  # (S, T)
@@ -172,7 +172,8 @@ class WebShopRLModule(LightningModule):
         self._last_step_start = now
         packed = self.packed_batch(batch)
         loss, stats = self.objective.loss(packed, self.objective_settings)
-        stats.update(kl_statistics(packed))
+        fresh = len(batch["trajectories"])  # the KL is the current policy's: measured on its own samples only
+        stats.update(kl_statistics(packed.head(fresh)))
         if self.hparams.anchor_weight:
             if "demos" not in batch:
                 raise ValueError("anchor_weight > 0 needs demonstrations in the batches: set data.anchor_demos")

@@ -104,3 +104,17 @@ class Trajectory:
         if "asin" in info:
             self.purchased = {"asin": info["asin"], "options": dict(info["options"])}
         self.reward = reward
+
+
+def regression_record(trajectory: Trajectory) -> dict:
+    """What a loss needs of a trajectory, as plain lists and numbers (storable with ``torch.save`` and loadable
+    with ``weights_only=True``): its segments, score, reward and success; the turns' text is dropped."""
+    return {"segments": [{"token_ids": list(s.token_ids), "gen_mask": list(s.gen_mask), "logp": list(s.logp),
+                          "first_turn": s.first_turn} for s in trajectory.segments],
+            "score": trajectory.score, "reward": trajectory.reward, "success": trajectory.success}
+
+
+def regression_trajectory(goal_index: int, record: dict) -> Trajectory:
+    """The :class:`Trajectory` of a :func:`regression_record` (no turns, no instruction text)."""
+    return Trajectory(goal_index=goal_index, instruction="", segments=[Segment(**s) for s in record["segments"]],
+                      score=record["score"], reward=record["reward"], success=bool(record["success"]))

@@ -38,6 +38,12 @@ class PackedBatch:
     group: Tensor
     entropy: Tensor | None = None
 
+    def head(self, rows: int) -> PackedBatch:
+        """The first ``rows`` rows (views, gradients kept)."""
+        return PackedBatch(*(None if value is None else value[:rows] for value in
+                             (self.logp, self.ref_logp, self.old_logp, self.mask, self.reward, self.v_star,
+                              self.group, self.entropy)))
+
 
 @dataclass(frozen=True)
 class Objective:
