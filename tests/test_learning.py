@@ -20,38 +20,22 @@ import os
 from pathlib import Path
 
 import pytest
-from lightning.pytorch import Callback
 
 from apo_lightning.lit.cli import build_cli
+from apo_lightning.lit.fixed_goals import SampledSuccess, fixed_goals_arguments
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "models" / "quickstart-ref"
-QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false", "--trainer.logger=false",
-         "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false"]
 STEPS = 40
 GOALS = [1500, 1518, 1524, 1525, 1559, 1560]
-SETTING = ["--trainer.devices=1", "--trainer.strategy=auto", f"--model.model_name_or_path={REFERENCE}",
-           f"--data.train_goal_indices={GOALS}", "--data.vstar.num_samples=8", "--data.vstar.beta1=100",
-           "--data.chat.reward=success", "--data.batch_size=12", f"--data.steps_per_epoch={STEPS}",
-           f"--trainer.max_steps={STEPS}", "--trainer.limit_val_batches=0", "--model.apo.beta2=0.1",
-           "--model.learning_rate=3e-4", "--model.warmup_steps=0"]
-
-
-class SampledSuccess(Callback):
-    """The success rate of each training batch's trajectories (sampled from the current policy)."""
-
-    def __init__(self):
-        self.per_step = []
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self.per_step.append(sum(t.success for t in batch["trajectories"]) / len(batch["trajectories"]))
+SETTING = [*fixed_goals_arguments(REFERENCE, GOALS, STEPS, batch_size=12, learning_rate=3e-4), "--data.vstar.beta1=100"]
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="models/quickstart-ref is not in this checkout")
 def test_a_star_po_learns_the_option_clicks_the_reference_gets_right_by_chance(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    rl = build_cli(["--config", str(REPO / "configs" / "quickstart.yaml"), *QUIET, *SETTING], run=False)
+    rl = build_cli(["--config", str(REPO / "configs" / "quickstart.yaml"), *SETTING], run=False)
     if os.environ.get("APO_SANITY_BREAK") == "sign":
         from apo_lightning.apo.objectives import apo
 
