@@ -191,7 +191,8 @@ class WebShopRLDataModule(WebShopDataModule):
         """N sampled trajectory rewards per goal under ``model`` (π_ref, or the current policy on a refresh), the
         work split across ranks: each samples every ``world_size``-th goal with its own seed (derived from the run
         seed, ``purpose`` and its rank), and the parts are gathered so that every rank returns all of them. With
-        ``keep``, the trajectories themselves are gathered into it too, goal id -> N ``regression_record``\ s."""
+        ``keep``, the trajectories themselves are gathered into it too, goal id -> the N
+        records of ``rollout.trajectory.regression_record``."""
         share = goals[self.rank::self.world_size]
         engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens,
                                temperature=self.vstar.temperature)
