@@ -140,3 +140,15 @@ def test_apo_entropy_bonus_subtracts_the_mean_entropy_per_generated_token():
     assert (plain - bonus).item() == pytest.approx(0.5 * (2.0 + 1.0 + 0.5 + 0.5 + 1.0) / 5, abs=1e-6)  # 0.5 × 1.0
     bonus.backward()
     assert torch.allclose(entropy.grad, t([[-0.1, -0.1, 0.0], [-0.1, -0.1, -0.1]]))  # −coef / 5 per token
+
+
+def test_packed_batch_head_keeps_the_first_rows_of_every_field_with_their_gradients():
+    logp = torch.randn(5, 3, requires_grad=True)
+    batch = PackedBatch(logp, torch.randn(5, 3), torch.randn(5, 3), torch.ones(5, 3), torch.arange(5.0),
+                        torch.arange(5.0) + 10, torch.arange(5), None)
+    head = batch.head(2)
+    for name in ("logp", "ref_logp", "old_logp", "mask", "reward", "v_star", "group"):
+        assert torch.equal(getattr(head, name), getattr(batch, name)[:2]), name
+    assert head.entropy is None
+    head.logp.sum().backward()  # the rows kept still reach the policy's log-probabilities
+    assert logp.grad[:2].eq(1).all() and logp.grad[2:].eq(0).all()

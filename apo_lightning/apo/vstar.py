@@ -296,6 +296,11 @@ class VStarCache:
         atomic_write_text(path, text)
         return path
 
+    @staticmethod
+    def key(key_parts: Mapping[str, Any]) -> str:
+        """The cache key of ``key_parts`` (:func:`cache_key` at this cache's format version)."""
+        return cache_key(key_parts, CACHE_FORMAT_VERSION)
+
     def samples_path(self, key: str) -> Path:
         """The file of the reference trajectories behind ``key``'s rewards (``<key>.samples.pt``)."""
         return self.path_for(key).with_suffix(".samples.pt")
@@ -354,7 +359,7 @@ class VStarCache:
         """
         if not (isinstance(beta1, (int, float)) and math.isfinite(beta1) and beta1 > 0):
             raise ValueError(f"beta1 must be a finite number > 0, got {beta1!r}")
-        key = cache_key(key_parts, CACHE_FORMAT_VERSION)
+        key = self.key(key_parts)
         payload = None if recompute else self.load(key)
         if payload is not None:
             return VStarTable.from_rewards(key, payload["rewards"], beta1, payload.get("key_parts") or {})

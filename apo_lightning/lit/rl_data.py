@@ -27,7 +27,7 @@ from typing import Literal
 import torch
 
 from ..apo.objectives import OBJECTIVES, Algorithm
-from ..apo.vstar import CACHE_FORMAT_VERSION, VStarCache, VStarTable
+from ..apo.vstar import VStarCache, VStarTable
 from ..eval.metrics import sample_statistics
 from ..models.loading import load_policy, resolve_device
 from ..models.tiny import TinyPolicySpec
@@ -35,7 +35,7 @@ from ..rollout.chat import ChatFormat
 from ..rollout.collate import collate_trajectories, pad_batch
 from ..rollout.engine import RolloutEngine, rollout_goals
 from ..rollout.trajectory import Trajectory, regression_record, regression_trajectory
-from ..utils.hashing import cache_key, hash_state_dict
+from ..utils.hashing import hash_state_dict
 from ..utils.seeds import derive_seed
 from .demos import demonstration_cache, load_demonstrations
 from .settings import EnvConfig, RolloutSettings, WebShopDataModule, ensure_policy
@@ -234,7 +234,7 @@ class WebShopRLDataModule(WebShopDataModule):
         model, tokenizer = load_policy(self.reference_model)
         key_parts = self.vstar_key_parts(hash_state_dict(model.state_dict()))
         cache = VStarCache(self.vstar.cache_dir)
-        key = cache_key(key_parts, CACHE_FORMAT_VERSION)
+        key = cache.key(key_parts)
         stored = cache.load_samples(key) if self.vstar.reuse else None
         sampled: dict[str, list[dict]] = {}
 
@@ -337,8 +337,9 @@ class WebShopRLDataModule(WebShopDataModule):
         of this rank's goals, then ``vstar.reuse`` stage-1 reference trajectories (``reused_samples``), collated
         (``rollout.collate.collate_trajectories``; rows in that order), with per row ``v_star`` (B,) float32 (0
         without V*) and ``group`` (B,) int64 (the goal's position in the batch; each reused row its own), and
-        ``trajectories`` (the fresh ones only, R ≤ B), ``rollout_seconds``, ``batch_number``, ``stage1`` (the sample statistics of a V* table
-        made since the last batch, else None), and with ``anchor_demos`` a ``demos`` batch (``pad_batch``)."""
+        ``trajectories`` (the fresh ones only, R ≤ B), ``rollout_seconds``, ``batch_number``, ``stage1`` (the sample
+        statistics of a V* table made since the last batch, else None), and with ``anchor_demos`` a ``demos`` batch
+        (``pad_batch``)."""
         refresh = self.vstar.refresh_every
         if refresh and batch_number and batch_number % refresh == 0 and self.refreshed_at != batch_number:
             self._refresh_v_star(batch_number)

@@ -33,7 +33,8 @@ if __name__ == "__main__":
     rl.trainer.fit(rl.model, rl.datamodule)
     s = track.per_step
     per_goal = {g: round(rate, 3) for g, rate in track.goal_success(8).items()}
-    print(json.dumps({"args": sys.argv[1:], "goals": GOALS, "first4": sum(s[:4]) / len(s[:4]), "last4": sum(s[-4:]) / len(s[-4:]),
+    print(json.dumps({"args": sys.argv[1:], "goals": GOALS, "first4": sum(s[:4]) / len(s[:4]),
+                      "last4": sum(s[-4:]) / len(s[-4:]),
                       "per_step": [round(x, 3) for x in s], "kl": [round(x, 2) for x in track.kl[::4]],
                       "kl_end": track.kl[-1] if track.kl else None,
                       "last8_by_goal": per_goal, "wall_s": round(time.time() - start)}))

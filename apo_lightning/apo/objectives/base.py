@@ -7,7 +7,7 @@ module ask the objective; they never branch on its name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 import torch
@@ -40,9 +40,8 @@ class PackedBatch:
 
     def head(self, rows: int) -> PackedBatch:
         """The first ``rows`` rows (views, gradients kept)."""
-        return PackedBatch(*(None if value is None else value[:rows] for value in
-                             (self.logp, self.ref_logp, self.old_logp, self.mask, self.reward, self.v_star,
-                              self.group, self.entropy)))
+        return PackedBatch(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[:rows]
+                              for f in fields(self)})
 
 
 @dataclass(frozen=True)
