@@ -90,3 +90,27 @@ def test_copy_accuracy_counts_exact_copies_per_page_kind(drills, tokenizer, tmp_
                                                                      num_kv_heads=1, intermediate_size=64))
     assert copy_accuracy(untrained, drills, per_kind=2) == {kind: 0.0 for kind in DRILL_PAGES}
     assert copy_accuracy(_Copier(drills, per_kind=2), drills, per_kind=2) == {kind: 1.0 for kind in DRILL_PAGES}
+
+
+
+def test_a_value_swap_drill_asks_for_and_clicks_a_value_the_product_does_not_have(drills, tokenizer):
+    def shown(drill):
+        first = drill["gen_mask"].index(1)
+        prompt = tokenizer.decode(drill["input_ids"][:first])
+        action = parse_reply(tokenizer.decode(drill["input_ids"][first:], skip_special_tokens=True)).action
+        return prompt, prompt.split("Instruction: ", 1)[1].split("\n", 1)[0], action[6:-1]
+
+    swapped = 0
+    for seed in range(40):
+        prompt, instruction, value = shown(drills.draw(random.Random(seed), kind="item_page", swap=False))
+        product = next(p for p in drills.shop.products if p["Title"] in prompt)
+        own = {v.lower() for values in product["options"].values() for v in values}
+        if value not in own:
+            continue  # this goal's first item-page turn buys: nothing to swap
+        new_prompt, new_instruction, new_value = shown(drills.draw(random.Random(seed), kind="item_page", swap=True))
+        assert new_value not in own  # a value no goal of this product can have asked for
+        assert f"[{new_value}]" in new_prompt and f"[{value}]" not in new_prompt  # the page offers it instead
+        assert new_instruction == instruction.replace(value, new_value) != instruction
+        assert any(new_value in values for values in drills.value_pool.values())
+        swapped += 1
+    assert swapped >= 5

@@ -16,6 +16,12 @@ page (copy the ASIN of the product that matches the instruction, or page on) and
 the start of one training instruction joined to the end of another, so that the query cannot be recalled from
 memory and must be copied.
 
+A *value-swap* item-page drill (``swap``) answers the other way a small policy avoids copying: it remembers each
+product's option values and clicks one that another goal of the product asked for (measured on the quick start's
+reference: 85 of its 86 wrong option clicks on test goals). The drill replaces the clicked value in the instruction, on
+the page's option button and in the reply by a value of the same option from another product that this page does not
+offer: a product that never existed, whose value can only be copied from the instruction.
+
 Drills are training data: the SFT run trains on them through the Trainer before the demonstrations
 (``lit.sft_data``); this module only draws them and measures how well a model copies.
 """
@@ -23,6 +29,7 @@ Drills are training data: the SFT run trains on them through the Trainer before 
 from __future__ import annotations
 
 import random
+import re
 from typing import Sequence
 
 import torch
@@ -34,6 +41,20 @@ from .scripted import OraclePolicy, scripted_steps, strip_price
 
 #: The page kinds a drill is drawn from, in episode order.
 DRILL_PAGES = ("index", "search_results", "item_page")
+
+
+def option_value_pool(shop: WebShop) -> dict[str, list[str]]:
+    """Every value each option name takes in the catalog (lower-case, sorted): ``{"color": ["black", ...], ...}``."""
+    pool: dict[str, set[str]] = {}
+    for product in shop.products:
+        for name, values in (product.get("options") or {}).items():
+            pool.setdefault(name.lower(), set()).update(v.lower() for v in values)
+    return {name: sorted(values) for name, values in pool.items()}
+
+
+def _whole(value: str) -> re.Pattern:
+    """``value`` as a whole phrase (not inside a longer word), case-insensitive."""
+    return re.compile(rf"(?<![\w-]){re.escape(value)}(?![\w-])", re.IGNORECASE)
 
 
 def splice_instructions(rng: random.Random, first: str, second: str) -> str:
@@ -56,44 +77,52 @@ class TurnDrills:
         goal_indices: goals to draw from (the training goals).
         splice: probability that a search drill shows a spliced instruction.
         max_steps: the env's step limit (shown as "actions left").
+        swap: probability that an item-page drill whose reply clicks an option swaps that value for another
+            product's (module docstring).
     """
 
     def __init__(self, shop: WebShop, chat: ChatFormat, tokenizer, goal_indices: Sequence[int],
-                 splice: float = 0.5, max_steps: int = 15) -> None:
+                 splice: float = 0.5, max_steps: int = 15, swap: float = 0.0) -> None:
         if not goal_indices:
             raise ValueError("turn drills need at least one goal")
         self.shop, self.chat, self.tokenizer = shop, chat, tokenizer
         self.goal_indices = list(goal_indices)
         self.splice = splice
+        self.swap = swap
+        self.value_pool = option_value_pool(shop)
         self.env = WebShopEnv(shop, max_steps=max_steps)
         self.oracle = OraclePolicy()
         self._turns: dict[int, dict[str, tuple[int, str, dict, str]]] = {}
 
-    def _first_turns(self, goal_index: int) -> dict[str, tuple[int, str, dict, str]]:
-        """``page kind -> (turn, observation, available actions, oracle reply)`` for each kind's first turn (the
-        oracle is deterministic, so each goal's episode is played once and remembered)."""
+    def _first_turns(self, goal_index: int) -> dict[str, tuple[int, str, dict, str, str | None]]:
+        """``page kind -> (turn, observation, available actions, oracle reply, option clicked or None)`` for each
+        kind's first turn (the oracle is deterministic, so each goal's episode is played once and remembered)."""
         if goal_index in self._turns:
             return self._turns[goal_index]
         turns = {}
         for step in scripted_steps(self.env, self.oracle, goal_index):
             kind = self.env.page.kind
             if kind in DRILL_PAGES and kind not in turns:
+                clicked = self.env.page.clickables.get(step.action[len("click["):-1].lower())
                 turns[kind] = (self.env.num_steps, step.observation, step.available_actions,
-                               reply_for(step.action, self.env))
+                               reply_for(step.action, self.env), clicked.option if clicked else None)
         self._turns[goal_index] = turns
         return turns
 
-    def draw(self, rng: random.Random, kind: str | None = None, splice: bool | None = None) -> dict[str, list[int]]:
+    def draw(self, rng: random.Random, kind: str | None = None, splice: bool | None = None,
+             swap: bool | None = None) -> dict[str, list[int]]:
         """One drill: ``{"input_ids": [...], "gen_mask": [...]}``, the mask 1 exactly on the reply's tokens.
 
         Args:
             kind: the page kind (one of ``DRILL_PAGES``), or None for a random one.
             splice: force or forbid a spliced instruction on a search drill (None: with probability ``splice``).
+            swap: force or forbid a value swap on an item-page drill (None: with probability ``swap``; only when
+                the reply clicks an option and the catalog has a value to swap in).
         """
         goal_index = rng.choice(self.goal_indices)
         turns = self._first_turns(goal_index)
         kind = kind if kind in turns else rng.choice(sorted(turns))
-        turn, observation, available, reply = turns[kind]
+        turn, observation, available, reply, option = turns[kind]
         goal = self.shop.goals[goal_index]
         instruction = goal["instruction_text"]
         user = self.chat.turn_message(turn + 1, self.env.max_steps - turn if self.env.max_steps else None,
@@ -104,6 +133,16 @@ class TurnDrills:
             user = user.replace(instruction, spliced)
             reply = reply.replace(OraclePolicy.queries_for(goal)[0], strip_price(spliced))
             instruction = spliced
+        if swap is None:  # no draw when swaps are off: the drills of a run without them stay as they were
+            swap = kind == "item_page" and option is not None and self.swap > 0 and rng.random() < self.swap
+        if swap and kind == "item_page" and option is not None:
+            value = reply.rsplit("click[", 1)[1][:-len("]</answer>")]
+            others = [v for v in self.value_pool.get(option.lower(), ()) if not _whole(v).search(user)]
+            if others:
+                new = rng.choice(others)
+                swapped = _whole(value).sub(new, instruction)
+                user = user.replace(instruction, swapped).replace(f"[{value}]", f"[{new}]")
+                instruction, reply = swapped, reply.replace(value, new)
         messages = self.chat.messages(instruction, [(user, None)])
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]

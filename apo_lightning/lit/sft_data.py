@@ -47,12 +47,24 @@ class DrillSettings:
         batch_size: drills per batch per process.
         held_out_goals: the last N training goals are never drilled; validation measures exact copies on them.
         checks_per_kind: drills per page kind in that validation check (0 = no check).
+        kinds: the page kinds to drill (``DRILL_PAGES``); None = any kind a goal's episode shows.
+        swap_values: probability that an item-page drill swaps the clicked option value for another product's
+            (``baselines.drills``: a value that can only be copied, not remembered).
     """
 
     steps: int = 0
     batch_size: int = 32
     held_out_goals: int = 64
     checks_per_kind: int = 16
+    kinds: list[str] | None = None
+    swap_values: float = 0.0
+
+    def __post_init__(self) -> None:
+        unknown = set(self.kinds or ()) - set(DRILL_PAGES)
+        if unknown or self.kinds == []:
+            raise ValueError(f"drills.kinds must be a non-empty list of {DRILL_PAGES}, got {self.kinds}")
+        if not 0.0 <= self.swap_values <= 1.0:
+            raise ValueError(f"drills.swap_values must be in [0, 1], got {self.swap_values}")
 
 
 class SFTDataModule(WebShopDataModule):
@@ -127,7 +139,7 @@ class SFTDataModule(WebShopDataModule):
         train = self.env.split("train")
         held_out = max(1, min(self.drills.held_out_goals, len(train) // 10))
         self.drill_source = TurnDrills(self.shop, self.chat, self.tokenizer, train[:-held_out],
-                                       max_steps=self.env.max_steps)
+                                       max_steps=self.env.max_steps, swap=self.drills.swap_values)
         self.drill_checks = TurnDrills(self.shop, self.chat, self.tokenizer, train[-held_out:],
                                        max_steps=self.env.max_steps)
 
@@ -155,7 +167,9 @@ class SFTDataModule(WebShopDataModule):
         position = batch_number % self.course_length()
         if position < self.drills.steps:
             rng = random.Random(derive_seed(self.seed, "drills", self.rank, batch_number))
-            examples = [self.drill_source.draw(rng) for _ in range(self.drills.batch_size)]
+            kinds = self.drills.kinds
+            examples = [self.drill_source.draw(rng, kind=rng.choice(kinds) if kinds else None)
+                        for _ in range(self.drills.batch_size)]
             phase = "drills"
         else:
             demo_epoch, index = divmod(position - self.drills.steps, self.demo_batches_per_epoch())
