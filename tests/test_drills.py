@@ -114,3 +114,15 @@ def test_a_value_swap_drill_asks_for_and_clicks_a_value_the_product_does_not_hav
         assert any(new_value in values for values in drills.value_pool.values())
         swapped += 1
     assert swapped >= 5
+
+
+def test_drill_settings_reject_an_unknown_page_kind_and_a_swap_probability_outside_0_1():
+    from apo_lightning.lit.sft_data import DrillSettings
+
+    assert DrillSettings(kinds=["item_page"], swap_values=0.5).kinds == ["item_page"]
+    with pytest.raises(ValueError, match="kinds"):
+        DrillSettings(kinds=["cart"])
+    with pytest.raises(ValueError, match="kinds"):
+        DrillSettings(kinds=[])
+    with pytest.raises(ValueError, match="swap_values"):
+        DrillSettings(swap_values=1.5)

@@ -92,20 +92,23 @@ class TurnDrills:
         self.value_pool = option_value_pool(shop)
         self.env = WebShopEnv(shop, max_steps=max_steps)
         self.oracle = OraclePolicy()
-        self._turns: dict[int, dict[str, tuple[int, str, dict, str]]] = {}
+        self._turns: dict[int, dict[str, tuple[int, str, dict, str, tuple[str, str] | None]]] = {}
 
-    def _first_turns(self, goal_index: int) -> dict[str, tuple[int, str, dict, str, str | None]]:
-        """``page kind -> (turn, observation, available actions, oracle reply, option clicked or None)`` for each
-        kind's first turn (the oracle is deterministic, so each goal's episode is played once and remembered)."""
+    def _first_turns(self, goal_index: int) -> dict[str, tuple[int, str, dict, str, tuple[str, str] | None]]:
+        """``page kind -> (turn, observation, available actions, oracle reply, (option, value) clicked or None)``
+        for each kind's first turn (the oracle is deterministic, so each goal's episode is played once and
+        remembered)."""
         if goal_index in self._turns:
             return self._turns[goal_index]
         turns = {}
         for step in scripted_steps(self.env, self.oracle, goal_index):
             kind = self.env.page.kind
             if kind in DRILL_PAGES and kind not in turns:
-                clicked = self.env.page.clickables.get(step.action[len("click["):-1].lower())
+                value = step.action[len("click["):-1].lower()
+                clicked = self.env.page.clickables.get(value)
+                option = (clicked.option.lower(), value) if clicked is not None and clicked.option else None
                 turns[kind] = (self.env.num_steps, step.observation, step.available_actions,
-                               reply_for(step.action, self.env), clicked.option if clicked else None)
+                               reply_for(step.action, self.env), option)
         self._turns[goal_index] = turns
         return turns
 
@@ -117,7 +120,8 @@ class TurnDrills:
             kind: the page kind (one of ``DRILL_PAGES``), or None for a random one.
             splice: force or forbid a spliced instruction on a search drill (None: with probability ``splice``).
             swap: force or forbid a value swap on an item-page drill (None: with probability ``swap``; only when
-                the reply clicks an option and the catalog has a value to swap in).
+                the reply clicks an option whose value the instruction names word for word, as synthetic goals
+                do, and the catalog has another value of that option to swap in).
         """
         goal_index = rng.choice(self.goal_indices)
         turns = self._first_turns(goal_index)
@@ -135,9 +139,9 @@ class TurnDrills:
             instruction = spliced
         if swap is None:  # no draw when swaps are off: the drills of a run without them stay as they were
             swap = kind == "item_page" and option is not None and self.swap > 0 and rng.random() < self.swap
-        if swap and kind == "item_page" and option is not None:
-            value = reply.rsplit("click[", 1)[1][:-len("]</answer>")]
-            others = [v for v in self.value_pool.get(option.lower(), ()) if not _whole(v).search(user)]
+        if swap and kind == "item_page" and option is not None and _whole(option[1]).search(instruction):
+            name, value = option
+            others = [v for v in self.value_pool.get(name, ()) if not _whole(v).search(user)]
             if others:
                 new = rng.choice(others)
                 swapped = _whole(value).sub(new, instruction)
