@@ -89,8 +89,15 @@ CONFIGS = sorted(str(p) for p in (REPO / "configs").rglob("*.yaml"))
 OBJECTIVE_OVERLAYS = sorted((REPO / "configs" / "objective").glob("*.yaml"))
 
 
+#: the configs each SFT overlay goes on top of (its header's command)
+SFT_BASES = {"sft_quickstart_dart.yaml": ["sft_quickstart.yaml"],
+             "sft_quickstart_swap.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"]}
+
+
 def base_of(config: Path) -> list[str]:
-    """The configs to compose: an overlay goes on top of the real-data base."""
+    """The configs to compose: an RL overlay goes on top of the real-data base, an SFT overlay on its own bases."""
+    if config.name in SFT_BASES:
+        return [str(REPO / "configs" / name) for name in SFT_BASES[config.name]] + [str(config)]
     overlay = config.parent.name == "objective" or config.name == "webshop_1k_cpu.yaml"
     return [str(REPO / "configs" / "webshop_1k.yaml"), str(config)] if overlay else [str(config)]
 
