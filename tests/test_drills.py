@@ -92,7 +92,6 @@ def test_copy_accuracy_counts_exact_copies_per_page_kind(drills, tokenizer, tmp_
     assert copy_accuracy(_Copier(drills, per_kind=2), drills, per_kind=2) == {kind: 1.0 for kind in DRILL_PAGES}
 
 
-
 def test_a_value_swap_drill_asks_for_and_clicks_a_value_the_product_does_not_have(drills, tokenizer):
     def shown(drill):
         first = drill["gen_mask"].index(1)

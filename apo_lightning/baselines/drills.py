@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import random
 import re
+from functools import cached_property
 from typing import Sequence
 
 import torch
@@ -89,10 +90,14 @@ class TurnDrills:
         self.goal_indices = list(goal_indices)
         self.splice = splice
         self.swap = swap
-        self.value_pool = option_value_pool(shop)
         self.env = WebShopEnv(shop, max_steps=max_steps)
         self.oracle = OraclePolicy()
         self._turns: dict[int, dict[str, tuple[int, str, dict, str, tuple[str, str] | None]]] = {}
+
+    @cached_property
+    def value_pool(self) -> dict[str, list[str]]:
+        """:func:`option_value_pool` of the shop, built at the first swap."""
+        return option_value_pool(self.shop)
 
     def _first_turns(self, goal_index: int) -> dict[str, tuple[int, str, dict, str, tuple[str, str] | None]]:
         """``page kind -> (turn, observation, available actions, oracle reply, (option, value) clicked or None)``
@@ -137,21 +142,32 @@ class TurnDrills:
             user = user.replace(instruction, spliced)
             reply = reply.replace(OraclePolicy.queries_for(goal)[0], strip_price(spliced))
             instruction = spliced
-        if swap is None:  # no draw when swaps are off: the drills of a run without them stay as they were
-            swap = kind == "item_page" and option is not None and self.swap > 0 and rng.random() < self.swap
-        if swap and kind == "item_page" and option is not None and _whole(option[1]).search(instruction):
-            name, value = option
-            others = [v for v in self.value_pool.get(name, ()) if not _whole(v).search(user)]
-            if others:
-                new = rng.choice(others)
-                swapped = _whole(value).sub(new, instruction)
-                user = user.replace(instruction, swapped).replace(f"[{value}]", f"[{new}]")
-                instruction, reply = swapped, reply.replace(value, new)
+        if kind == "item_page" and option is not None:
+            if swap is None:  # no draw when swaps are off: the drills of a run without them stay as they were
+                swap = self.swap > 0 and rng.random() < self.swap
+            if swap:
+                instruction, user, reply = self._swap_value(rng, option, instruction, user, reply)
         messages = self.chat.messages(instruction, [(user, None)])
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         reply_ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
         return {"input_ids": prompt_ids + reply_ids, "gen_mask": [0] * len(prompt_ids) + [1] * len(reply_ids)}
+
+    def _swap_value(self, rng: random.Random, option: tuple[str, str], instruction: str, user: str,
+                    reply: str) -> tuple[str, str, str]:
+        """``(instruction, user message, reply)`` with the clicked ``(option, value)`` swapped for another product's
+        value of that option (module docstring); unchanged when the instruction does not name the value word for
+        word or the catalog has no value this page does not show."""
+        name, value = option
+        if not _whole(value).search(instruction):
+            return instruction, user, reply
+        others = [v for v in self.value_pool.get(name, ()) if not _whole(v).search(user)]
+        if not others:
+            return instruction, user, reply
+        new = rng.choice(others)
+        swapped = _whole(value).sub(new, instruction)
+        user = user.replace(instruction, swapped).replace(f"[{value}]", f"[{new}]")
+        return swapped, user, reply.replace(value, new)
 
 
 @torch.no_grad()
