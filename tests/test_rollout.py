@@ -472,6 +472,33 @@ class Junky:
         return self.oracle(env)
 
 
+def test_typo_demonstrations_misspell_the_asin_then_click_it_right_and_learn_only_the_right_click(model, tokenizer,
+                                                                                                 shop):
+    from rapidfuzz.distance import Levenshtein
+
+    engine = engine_for(model, tokenizer)
+    goals = GOALS[:4]
+    trajectories = oracle_demonstrations(engine, [WebShopEnv(shop, max_steps=15) for _ in goals], goals, noise=1.0,
+                                         typos_only=True)
+    assert len(trajectories) == len(goals)  # every demonstration still buys the goal's product
+    for trajectory in trajectories:
+        asin = shop.goals[trajectory.goal_index]["asin"].lower()
+        clicks = [i for i, t in enumerate(trajectory.turns)
+                  if t.action and Levenshtein.distance(t.action.lower(), f"click[{asin}]") <= 1]
+        typo, right = clicks  # one misspelled click, then the right one
+        assert right == typo + 1 and trajectory.turns[right].action.lower() == f"click[{asin}]"
+        assert Levenshtein.distance(trajectory.turns[typo].action.lower(), f"click[{asin}]") == 1
+        assert not trajectory.turns[typo].valid_action and trajectory.turns[right].valid_action
+        assert trajectory.turns[typo].observation == trajectory.turns[right].observation  # the page stayed
+        # the misspelled reply is in the context but not learned; every other reply is
+        learned = [segment.token_ids[a:b] for segment, _ in segment_turns(trajectory)
+                   for a, b in runs(segment.gen_mask, 1)]
+        replies = [tokenizer(t.reply, add_special_tokens=False)["input_ids"] for t in trajectory.turns]
+        assert learned == replies[:typo] + replies[typo + 1:]
+    with pytest.raises(ValueError, match="exclude each other"):
+        OracleDemonstrator(noise=1.0, options_only=True, typos_only=True)
+
+
 def test_malformed_replies_are_no_op_steps_with_the_format_penalty(model, tokenizer, shop):
     chat = ChatFormat(format_penalty=-0.25)
     engine = engine_for(model, tokenizer, chat)

@@ -36,12 +36,14 @@ class DemoNoise:
         recovery: DART (Laskey et al. 2017): undo each mistake and keep it out of the loss, so the policy learns to
             leave states off the oracle's path. False: the mistake is demonstrated and kept, as a noisy expert's.
         options_only: mistakes on option values only.
+        typos_only: mistakes only as misspelled ASINs in product clicks (invalid actions), then the right click.
         copies: demonstrations per goal (each with its own mistakes).
     """
 
     probability: float = 0.0
     recovery: bool = True
     options_only: bool = False
+    typos_only: bool = False
     copies: int = 1
 
 
@@ -86,7 +88,8 @@ def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat,
     for name, goals in goal_sets.items():
         demos = oracle_demonstrations(engine, envs, list(goals), successful_only=noise.recovery,
                                       noise=noise.probability, seed=seed, recovery=noise.recovery,
-                                      options_only=noise.options_only, copies=noise.copies)
+                                      options_only=noise.options_only, typos_only=noise.typos_only,
+                                      copies=noise.copies)
         segments = [(t.goal_index, s) for t in demos for s in t.segments]
         data[name] = {"input_ids": [torch.tensor(s.token_ids, dtype=torch.int32) for _, s in segments],
                       "gen_mask": [torch.tensor(s.gen_mask, dtype=torch.uint8) for _, s in segments],
