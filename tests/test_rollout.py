@@ -14,6 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingfac
 
 import pytest
 import torch
+from rapidfuzz.distance import Levenshtein
 
 from apo_lightning.rollout.chat import ChatFormat
 from apo_lightning.apo.logprobs import token_logprobs
@@ -474,8 +475,6 @@ class Junky:
 
 def test_typo_demonstrations_misspell_the_asin_then_click_it_right_and_learn_only_the_right_click(model, tokenizer,
                                                                                                  shop):
-    from rapidfuzz.distance import Levenshtein
-
     engine = engine_for(model, tokenizer)
     goals = GOALS[:4]
     trajectories = oracle_demonstrations(engine, [WebShopEnv(shop, max_steps=15) for _ in goals], goals, noise=1.0,

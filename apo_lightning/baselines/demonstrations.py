@@ -22,6 +22,7 @@ from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory
 from ..utils.seeds import derive_seed
 from ..webshop import WebShopEnv
+from ..webshop.synthetic import ASIN_ALPHABET
 from .scripted import OraclePolicy, product_links
 
 
@@ -131,7 +132,7 @@ class OracleDemonstrator:
             i = self.rng.randrange(2, len(asin))  # keep the leading "B0", as the policy's own misspellings do
             edit = self.rng.choice(("drop", "double", "replace"))
             typo = {"drop": asin[:i] + asin[i + 1:], "double": asin[:i] + asin[i] + asin[i:],
-                    "replace": asin[:i] + self.rng.choice("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ") + asin[i + 1:]}[edit]
+                    "replace": asin[:i] + self.rng.choice(ASIN_ALPHABET) + asin[i + 1:]}[edit]
             if typo.lower() not in links:
                 self.recovery = action  # the click fails and leaves the results page; the right click follows
                 return f"click[{typo}]"

@@ -74,7 +74,8 @@ INSTRUCTION_ATTRIBUTE_SIZES = (1, 2, 2, 3, 3, 4)
 #: Option names whose values come with a swatch image (the others have ``"image": null``).
 IMAGE_OPTIONS = ("Color", "Scent", "Flavor Name")
 
-_ASIN_ALPHABET = string.digits + string.ascii_uppercase
+#: The characters of an ASIN after its "B0" (also what ``baselines.demonstrations`` misspells ASINs with).
+ASIN_ALPHABET = string.digits + string.ascii_uppercase
 _IMAGE_ALPHABET = string.ascii_letters + string.digits + "+"
 #: Image host: a reserved example domain, because nothing ever fetches these images.
 IMAGE_URL = "https://images.example.com/webshop-synthetic/{}.jpg"
@@ -770,7 +771,7 @@ def title_nouns(title: str) -> list[str]:
 def _new_id(rng: random.Random, used: set[str]) -> str:
     """A fresh ASIN: "B0" + 8 upper-case alphanumerics, unique among ``used`` (which it extends)."""
     while True:
-        asin = "B0" + "".join(rng.choice(_ASIN_ALPHABET) for _ in range(8))
+        asin = "B0" + "".join(rng.choice(ASIN_ALPHABET) for _ in range(8))
         if asin not in used:
             used.add(asin)
             return asin
@@ -1007,8 +1008,8 @@ def _human_record(rng: random.Random, ptype: ProductType, product: dict, attribu
         "options": [f"{name}: {value}" for name, value in selected.items()] or [""],
         "instruction_attributes": instruction_attributes,
         "instruction_options": instruction_options,
-        "assignment_id": "".join(rng.choice(_ASIN_ALPHABET) for _ in range(30)),
-        "worker_id": "A" + "".join(rng.choice(_ASIN_ALPHABET) for _ in range(13)),
+        "assignment_id": "".join(rng.choice(ASIN_ALPHABET) for _ in range(30)),
+        "worker_id": "A" + "".join(rng.choice(ASIN_ALPHABET) for _ in range(13)),
     }
 
 
