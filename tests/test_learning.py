@@ -1,19 +1,24 @@
 """A*-PO learns: a sanity check of the whole loop, through the real data module and module, from the quick start's
-shipped reference policy.
+shipped reference policy, in the fast suite.
 
-The setting: six training goals of the synthetic catalog on which the reference always opens the goal's own
-product but clicks the two goal options right only by chance (a sampling scan of the first 96 training goals, 8
-samples each at temperature 1: on these six every sample bought the goal's product and 2 to 5 of 8 succeeded), the
-success reward, V* at the mean of π_ref's 8 stage-1 samples (β1 100; see ``VStarConfig.beta1``), β2 0.1, lr 3e-4,
-12 trajectories a step (each goal twice). A*-PO's sampled success rate must go from the reference's chance level
-(about 0.4) to at least 0.9 within a few dozen steps (the mean of steps 33–40) — and the test must fail when the
-loss's sign is flipped or the gradient is zeroed (``APO_SANITY_BREAK=sign`` or ``zero``).
+The setting: six training goals of six different products of the synthetic catalog on which the reference opens the
+goal's own product but clicks the goal's options right only by chance (goals 1500, 1518, 1646, 1695, 1795, 1885,
+from a sampling scan of 400 training goals, 8 samples each at temperature 1: ``docs/evidence/option_goals_scan.py``),
+the success reward, V* at the mean of π_ref's 8 stage-1 samples per goal (β1 100; see ``VStarConfig.beta1``), β2
+0.1, lr 3e-4, 12 trajectories a step (each goal twice), rollouts at temperature 1 with top-p 0.9, stage 1 at
+temperature 1 without top-p. Top-p keeps the option choices the reference is unsure of and drops the low-probability
+tails that misspell an ASIN at temperature 1: without it the same setting plateaus at 0.80–0.88 at every seed,
+because a misspelled product click is never recovered from. Stage 1 stays at plain temperature 1 on purpose: its
+V* (the mean of those samples) is then below what the top-p sampler earns, so a success's advantage is large and a
+failure's small; with stage 1 at top-p 0.9 too, V* of goal 1695 is 0.62 and 0.75 at run seeds 1 and 2 (0.38 and
+0.12 at temperature 1), its failures are (likely) pushed down harder than its successes are pulled up, and the goal
+collapses to 0.12 at both seeds (docs/experiments.md, "Learning sanity setting").
 
-Status: it passes at run seed 0 (0.42 -> 0.92, 241 s) and fails broken (sign: 0.00, zero: 0.39), but the recipe is
-not robust: run seeds 1 and 2 reach 0.56 and 0.82 by step 40 (at seed 1 the policy settles on a wrong option for
-two goals and never samples a success there again), and training is not bit-reproducible across machines, so on
-another CPU this test can fail without a regression. It is therefore in the slow suite (``-m slow``), not the fast
-one. Measured runs: docs/experiments.md, "Learning sanity setting".
+A*-PO's sampled success rate must go from the reference's level on these goals (step 1, before any update: 0.42 to
+0.75 at run seeds 0–3; 0.74 over the 144 trajectories of a run with the gradient zeroed) to at least 0.9 (the mean
+of steps 9–12: 1.00 at run seeds 0, 1, 2, about 80 s each) — and the test fails when the loss's sign is flipped
+(0.00) or the gradient is zeroed (0.71): ``APO_SANITY_BREAK=sign`` or ``zero``. ``APO_SANITY_SEED`` picks the run
+seed (default 0).
 """
 
 import os
@@ -26,16 +31,18 @@ from apo_lightning.lit.fixed_goals import SampledSuccess, fixed_goals_arguments
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "models" / "quickstart-ref"
-STEPS = 40
-GOALS = [1500, 1518, 1524, 1525, 1559, 1560]
-SETTING = [*fixed_goals_arguments(REFERENCE, GOALS, STEPS, batch_size=12, learning_rate=3e-4), "--data.vstar.beta1=100"]
+STEPS = 12
+GOALS = [1500, 1518, 1646, 1695, 1795, 1885]
+SETTING = [*fixed_goals_arguments(REFERENCE, GOALS, STEPS, batch_size=12, learning_rate=3e-4),
+           "--data.vstar.beta1=100", "--data.rollout.top_p=0.9"]
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="models/quickstart-ref is not in this checkout")
 def test_a_star_po_learns_the_option_clicks_the_reference_gets_right_by_chance(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    rl = build_cli(["--config", str(REPO / "configs" / "quickstart.yaml"), *SETTING], run=False)
+    seed = int(os.environ.get("APO_SANITY_SEED", 0))
+    rl = build_cli(["--config", str(REPO / "configs" / "quickstart.yaml"), *SETTING, f"--seed_everything={seed}"],
+                   run=False)
     if os.environ.get("APO_SANITY_BREAK") == "sign":
         from apo_lightning.apo.objectives import apo
 
@@ -50,7 +57,7 @@ def test_a_star_po_learns_the_option_clicks_the_reference_gets_right_by_chance(t
     rl.trainer.fit(rl.model, rl.datamodule)
     assert rl.trainer.global_step == STEPS
     assert rl.datamodule.goal_pool == GOALS
-    start, end = sum(success.per_step[:4]) / 4, sum(success.per_step[-8:]) / 8
-    print(f"sampled success: first 4 steps {start:.2f}, last 8 steps {end:.2f}; per step {success.per_step}")
-    assert 0.15 <= start <= 0.75  # the reference's chance level on these goals
+    start, end = success.per_step[0], sum(success.per_step[-4:]) / 4
+    print(f"sampled success: step 1 {start:.2f}, steps {STEPS - 3}-{STEPS} {end:.2f}; per step {success.per_step}")
+    assert start <= 0.8  # the reference's chance level on these goals, before any update
     assert end >= 0.9

@@ -291,12 +291,34 @@ def test_v_star_cache_key_covers_what_v_star_depends_on():
                     key(rollout=RolloutSettings(max_new_tokens=9)), key(seed=1),
                     key(env=EnvConfig(data_dir=None, max_steps=4)), key(chat=ChatFormat(format_penalty=-0.2)),
                     key(chat=ChatFormat(history_turns=1)), key(vstar=VStarConfig(num_samples=2, temperature=0.7)),
+                    key(vstar=VStarConfig(num_samples=2, top_p=0.9)),
                     key(chat=ChatFormat(reward="success"))):
         assert changed != base
     assert key(vstar=VStarConfig(num_samples=2, cache_dir="elsewhere")) == base  # where it is stored is not a part
     # the cache keeps the N rewards and V* is recomputed from them for any beta1, so beta1 never re-samples
     assert key(vstar=VStarConfig(num_samples=2, beta1=0.1)) == base
     assert key(rollout=RolloutSettings(max_new_tokens=8, temperature=0.5)) == base  # stage 2 sampling: not a part
+
+
+def test_stage_1_samples_the_reference_with_its_own_temperature_and_top_p(monkeypatch):
+    from apo_lightning.lit import rl_data
+    from apo_lightning.lit.rl_data import VStarConfig
+    from apo_lightning.lit.settings import EnvConfig, RolloutSettings
+
+    class Built(Exception):
+        pass
+
+    def engine(*args, **kwargs):
+        raise Built(kwargs)
+
+    monkeypatch.setattr(rl_data, "RolloutEngine", engine)
+    data = WebShopRLDataModule(env=EnvConfig(data_dir=None, max_steps=3), train_goals=4,
+                               vstar=VStarConfig(num_samples=2, temperature=0.7, top_p=0.9),
+                               rollout=RolloutSettings(max_new_tokens=8, temperature=1.0, top_p=0.5))
+    with pytest.raises(Built) as built:
+        data.sample_rewards(None, None, data.pool(), "stage1")
+    kwargs = built.value.args[0]
+    assert (kwargs["temperature"], kwargs["top_p"], kwargs["max_new_tokens"]) == (0.7, 0.9, 8)
 
 
 def test_train_goal_indices_fix_the_training_goals_and_refuse_goals_outside_the_train_split():

@@ -57,6 +57,10 @@ class VStarConfig:
             away (KL 951 nats, validation 7 %) from the real-data reference at lr 1e-4. β1 100 (V* ≈ the samples'
             mean) with the success reward learned as fast as GRPO (+13.5 against +14.0 points in 960 trajectories).
         temperature: sampling temperature of the reference rollouts.
+        top_p: nucleus sampling mass of the reference rollouts (1.0 = off). Equal to the training rollouts'
+            ``RolloutSettings.top_p``, V* estimates π_ref's value under stage 2's sampler; measured in the learning
+            sanity setting (``tests/test_learning.py``), that higher V* made one of six goals collapse at both run seeds
+            tried, where stage 1 at plain temperature 1 learned every goal.
         batch_size: episodes per rollout batch.
         goal_filter: which of the stage-1 goals stage 2 trains on: "all"; "nonzero", those where some reference
             sample earned a reward above 0 (the A*-PO authors drop the rest); "informative", those whose N rewards
@@ -77,6 +81,7 @@ class VStarConfig:
     num_samples: int = 8
     beta1: float = 0.5
     temperature: float = 1.0
+    top_p: float = 1.0
     batch_size: int = 32
     goal_filter: Literal["all", "nonzero", "informative"] = "all"
     refresh_every: int = 0
@@ -181,6 +186,7 @@ class WebShopRLDataModule(WebShopDataModule):
             "chat": asdict(self.chat),
             "num_samples": self.vstar.num_samples,
             "temperature": self.vstar.temperature,
+            **({"top_p": self.vstar.top_p} if self.vstar.top_p != 1.0 else {}),  # keeps the older tables' keys
             "max_new_tokens": self.rollout.max_new_tokens,
             "seed": self.seed,
             "version": 2,
@@ -195,7 +201,7 @@ class WebShopRLDataModule(WebShopDataModule):
         records of ``rollout.trajectory.regression_record``."""
         share = goals[self.rank::self.world_size]
         engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens,
-                               temperature=self.vstar.temperature)
+                               temperature=self.vstar.temperature, top_p=self.vstar.top_p)
         repeated = [g for g in share for _ in range(self.vstar.num_samples)]
         trajectories = rollout_goals(engine, self.shop, repeated, self.vstar.batch_size,
                                      seed=derive_seed(self.seed, purpose, self.rank),
