@@ -352,5 +352,15 @@ def test_episode_reward_score_or_success_plus_the_format_penalty():
     assert success.episode_reward(1.0, 0) == 1.0
     assert success.episode_reward(1.0, 2) == pytest.approx(0.8)
     assert success.episode_reward(0.0, 1) == pytest.approx(-0.1)  # no purchase
+    strict = ChatFormat(reward="success", invalid_action_penalty=-0.05)
+    assert strict.episode_reward(1.0, 1, 2) == pytest.approx(1.0 - 0.1 - 0.1)
+    assert strict.episode_reward(0.0, 0, 8) == pytest.approx(-0.4)  # a click off the page, then `buy now` x 7
+    assert success.episode_reward(0.0, 0, 8) == 0.0  # no invalid-action penalty unless asked for
+
+
+def test_cache_key_parts_hold_the_invalid_action_penalty_only_when_set():
+    assert "invalid_action_penalty" not in ChatFormat().key_parts()  # caches made before it keep their keys
+    assert ChatFormat().key_parts() == {**ChatFormat(format_penalty=-0.2).key_parts(), "format_penalty": -0.1}
+    assert ChatFormat(invalid_action_penalty=-0.05).key_parts()["invalid_action_penalty"] == -0.05
     with pytest.raises(ValueError, match="reward must be one of"):
         ChatFormat(reward="won")

@@ -523,6 +523,17 @@ def test_malformed_replies_are_no_op_steps_with_the_format_penalty(model, tokeni
     check_template(engine, shop, trajectories, max_steps)
 
 
+def test_refused_actions_get_the_invalid_action_penalty_and_malformed_replies_do_not(model, tokenizer, shop):
+    chat = ChatFormat(format_penalty=-0.25, invalid_action_penalty=-0.5)
+    goals = GOALS[:2]
+    demonstrators = [Junky({0}, refused_steps={2, 4}), Junky(set(), refused_steps={1})]
+    trajectories = engine_for(model, tokenizer, chat).rollout([WebShopEnv(shop, max_steps=15) for _ in goals], goals,
+                                                              seed=0, demonstrators=demonstrators)
+    assert [(t.format_errors, t.invalid_actions) for t in trajectories] == [(1, 2), (0, 1)]
+    assert all(t.success for t in trajectories)
+    assert [t.reward for t in trajectories] == pytest.approx([1.0 - 0.25 - 2 * 0.5, 1.0 - 0.5])
+
+
 def test_junk_until_the_step_limit(model, tokenizer, shop):
     engine = engine_for(model, tokenizer)
     trajectories = play(engine, shop, GOALS[:2], max_steps=3, demonstrators=[Junky({0, 1, 2}) for _ in range(2)])

@@ -74,7 +74,7 @@ def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat,
     Returns:
         The file; :func:`load_demonstrations` reads it.
     """
-    key = cache_key({"data": str(env.shop().data_dir.resolve()), "env": asdict(env), "chat": asdict(chat),
+    key = cache_key({"data": str(env.shop().data_dir.resolve()), "env": asdict(env), "chat": chat.key_parts(),
                      "goals": {k: list(v) for k, v in goal_sets.items()}, "max_new_tokens": max_new_tokens,
                      "tokenizer": hash_files(tokenizer_dir, TOKENIZER_FILES), "noise": asdict(noise),
                      "seed": seed if noise.probability else 0, "format": "oracle-v5"})

@@ -183,7 +183,7 @@ class WebShopRLDataModule(WebShopDataModule):
             "goals": self.pool(),
             "data": str(self.shop.data_dir.resolve()),
             "env": asdict(self.env),
-            "chat": asdict(self.chat),
+            "chat": self.chat.key_parts(),
             "num_samples": self.vstar.num_samples,
             "temperature": self.vstar.temperature,
             **({"top_p": self.vstar.top_p} if self.vstar.top_p != 1.0 else {}),  # keeps the older tables' keys

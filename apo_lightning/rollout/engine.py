@@ -186,7 +186,8 @@ class RolloutEngine:
         ep.observation = observation
         if done:
             ep.done = True
-            trajectory.finish(score, info, self.chat.episode_reward(score, trajectory.format_errors))
+            trajectory.finish(score, info, self.chat.episode_reward(score, trajectory.format_errors,
+                                                                    trajectory.invalid_actions))
             return False
         self._set_turn_message(ep)
         return self.segmenter.next_turn(trajectory, ep.history, ids[-1] if ids else -1)

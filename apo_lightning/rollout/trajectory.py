@@ -67,7 +67,8 @@ class Trajectory:
         turns: every turn in order.
         segments: the token sequences (one with full history; none for a scripted policy).
         score: the WebShop score at Buy Now (0…1), 0 without a purchase.
-        reward: the RL reward r(x, y): score (or success, ``ChatFormat.reward``) + format_penalty × format errors.
+        reward: the RL reward r(x, y): score (or success, ``ChatFormat.reward``) + format_penalty × format errors
+            + invalid_action_penalty × invalid actions.
         success: score == 1.0.
         reward_info: the env's verbose reward info at Buy Now (None without a purchase).
         purchased: ``{"asin", "options"}`` of the purchase (None without one).
@@ -89,6 +90,11 @@ class Trajectory:
     def format_errors(self) -> int:
         """Replies without a parseable action."""
         return sum(t.format_error is not None for t in self.turns)
+
+    @property
+    def invalid_actions(self) -> int:
+        """Parsed actions the env refused (no-op steps that were not format errors)."""
+        return sum(t.action is not None and not t.valid_action for t in self.turns)
 
     @property
     def generated_tokens(self) -> int:
