@@ -58,8 +58,9 @@ class FileServer:
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 sent = payload[: server.cut_after.get(self.path, len(payload))]
-                self.wfile.write(sent)
+                # recorded before the body goes out: a client that has read it all may check the log at once
                 server.requests.append((self.path, range_header, len(sent)))
+                self.wfile.write(sent)
 
             def log_message(self, *args):
                 pass
