@@ -14,9 +14,10 @@ failure's small; with stage 1 at top-p 0.9 too, V* of goal 1695 is 0.62 and 0.75
 0.12 at temperature 1), its failures are (likely) pushed down harder than its successes are pulled up, and the goal
 collapses to 0.12 at both seeds (docs/experiments.md, "Learning sanity setting").
 
-A*-PO's sampled success rate must go from the reference's level on these goals (step 1, before any update: 0.42 to
-0.75 at run seeds 0–3; 0.74 over the 144 trajectories of a run with the gradient zeroed) to at least 0.9 (the mean
-of steps 9–12: 1.00 at run seeds 0, 1, 2, about 80 s each) — and the test fails when the loss's sign is flipped
+A*-PO's sampled success rate must go from the reference's level on these goals (its 48 stage-1 samples at
+temperature 1, which the test asserts ≤ 0.75: 0.42–0.56 at run seeds 0–5; at top-p 0.9, step 1 before any update:
+0.42 to 0.75 at run seeds 0–5, 0.74 over the 144 trajectories of a run with the gradient zeroed) to at least 0.9 (the
+mean of steps 9–12: 1.00 at run seeds 0–5, about 80 s each) — and the test fails when the loss's sign is flipped
 (0.00) or the gradient is zeroed (0.71): ``APO_SANITY_BREAK=sign`` or ``zero``. ``APO_SANITY_SEED`` picks the run
 seed (default 0).
 """
@@ -57,7 +58,10 @@ def test_a_star_po_learns_the_option_clicks_the_reference_gets_right_by_chance(t
     rl.trainer.fit(rl.model, rl.datamodule)
     assert rl.trainer.global_step == STEPS
     assert rl.datamodule.goal_pool == GOALS
-    start, end = success.per_step[0], sum(success.per_step[-4:]) / 4
-    print(f"sampled success: step 1 {start:.2f}, steps {STEPS - 3}-{STEPS} {end:.2f}; per step {success.per_step}")
-    assert start <= 0.8  # the reference's chance level on these goals, before any update
+    stage_1 = [r for rewards in rl.datamodule.v_star.rewards.values() for r in rewards]  # π_ref, 48 samples at T 1
+    start = sum(r >= 0.9 for r in stage_1) / len(stage_1)  # a success earns 1 (less 0.1 per malformed reply)
+    end = sum(success.per_step[-4:]) / 4
+    print(f"sampled success: π_ref's stage-1 samples {start:.2f}, step 1 {success.per_step[0]:.2f}, steps "
+          f"{STEPS - 3}-{STEPS} {end:.2f}; per step {success.per_step}")
+    assert start <= 0.75  # the reference's chance level on these goals
     assert end >= 0.9
