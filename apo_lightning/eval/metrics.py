@@ -42,7 +42,7 @@ def trajectory_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "reward": sum(t.reward for t in trajectories) / n if n else 0.0,
         "avg_turns": len(turns) / n if n else 0.0,
         "invalid_reply_rate": sum(t.action is None for t in turns) / len(turns) if turns else 0.0,
-        "invalid_action_rate": sum(not t.valid_action for t in parsed) / len(parsed) if parsed else 0.0,
+        "invalid_action_rate": sum(tr.invalid_actions for tr in trajectories) / len(parsed) if parsed else 0.0,
         "generated_tokens": sum(tr.generated_tokens for tr in trajectories) / n if n else 0.0,
         "episodes": n,
     }

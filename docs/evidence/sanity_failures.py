@@ -2,8 +2,9 @@
 
     GOALS=1500,1518,1646,1695,1795,1885 SEED=1 python docs/evidence/sanity_failures.py   # about 4 minutes
 
-Trains the setting of ``tests/test_learning.py`` (β1 100, lr 3e-4, 12 trajectories a step, 40 steps; one process)
-on ``GOALS`` at run seed ``SEED``, records every sampled trajectory, and classifies the failures of steps 25–40:
+Trains the learning sanity setting as it was before rollouts at top-p 0.9 (β1 100, lr 3e-4, 12 trajectories a step,
+temperature 1, 40 steps; one process; ``tests/test_learning.py`` now adds top-p and runs 12 steps) on ``GOALS`` at
+run seed ``SEED``, records every sampled trajectory, and classifies the failures of steps 25–40:
 no purchase (split by what the product click was: the goal's ASIN, another ASIN-like string, no parseable action),
 or the goal's product bought with a wrong option value or an option skipped. docs/experiments.md, "Learning sanity
 setting", "What the plateau is made of".
