@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -176,6 +177,33 @@ def test_fit_then_test_writes_checkpoint_and_results(workdir):
     main(["test", "--config", SMOKE, *QUIET, "--ckpt_path", str(workdir / "checkpoints/smoke/last.ckpt"),
           "--model.results_dir", "results/explicit", "--model.method_name", "explicit"])
     assert (workdir / "results/explicit/summary.csv").read_text().splitlines()[1].startswith("explicit,test,")
+
+
+def test_train_eval_goals_validate_the_training_pool_beside_the_validation_goals(workdir, monkeypatch):
+    seen = []
+
+    def eval_batch(self, goals):  # episodes whose outcome is a function of the goal, so each set has its own mean
+        seen.append(list(goals))
+        return {"trajectories": [SimpleNamespace(success=g % 3 == 0, score=(g % 5) / 4) for g in goals]}
+
+    monkeypatch.setattr(WebShopRLDataModule, "eval_batch", eval_batch)
+    cli = build_cli(["--config", SMOKE, *QUIET, *NO_CHECKPOINTS, "--data.val_goals=6", "--data.train_eval_goals=5",
+                     "--trainer.limit_val_batches=1.0"], run=False)
+    cli.trainer.validate(cli.model, cli.datamodule)
+    val, pool = cli.datamodule.env.split("val")[:6], cli.datamodule.pool()[:5]
+    assert sorted(g for chunk in seen for g in chunk) == sorted(val + pool)
+    metrics = cli.trainer.callback_metrics
+    for prefix, goals in (("val", val), ("train_goals", pool)):
+        assert float(metrics[f"{prefix}/success_rate"]) == pytest.approx(sum(g % 3 == 0 for g in goals) / len(goals))
+        assert float(metrics[f"{prefix}/score"]) == pytest.approx(100 * sum((g % 5) / 4 for g in goals) / len(goals))
+    assert metrics["val/score"] != metrics["train_goals/score"]  # the two sets differ, so the check above can fail
+
+    seen.clear()  # off by default: the validation goals alone
+    cli = build_cli(["--config", SMOKE, *QUIET, *NO_CHECKPOINTS, "--data.val_goals=6", "--trainer.limit_val_batches=1.0"],
+                    run=False)
+    cli.trainer.validate(cli.model, cli.datamodule)
+    assert sorted(g for chunk in seen for g in chunk) == sorted(val)
+    assert "train_goals/success_rate" not in cli.trainer.callback_metrics
 
 
 @pytest.fixture

@@ -383,6 +383,37 @@ def test_tiny_top_p_is_greedy(model, tokenizer, shop):
     assert replies(sampled) != replies(greedy)
 
 
+def greedy_turns(model, trajectories):
+    """Per turn (flattened over trajectories and segments): was every generated token the argmax of its context?"""
+    out = []
+    for trajectory in trajectories:
+        for segment in trajectory.segments:
+            ids = torch.tensor([segment.token_ids])
+            with torch.no_grad():
+                best = model(input_ids=ids).logits[0].argmax(-1).tolist()  # best[i] predicts token i + 1
+            for start, end in runs(segment.gen_mask, 1):
+                out.append(all(best[i - 1] == segment.token_ids[i] for i in range(start, end)))
+    return out
+
+
+def test_sampled_turn_prob_samples_some_turns_and_decodes_the_others_greedily(chained, tokenizer, shop):
+    everywhere = greedy_turns(chained, play(engine_for(chained, tokenizer), shop, seed=3))
+    assert sum(everywhere) < len(everywhere) / 3  # sampling every turn seldom reproduces the argmax (5 of 24)
+
+    engine = engine_for(chained, tokenizer, sampled_turn_prob=0.5)
+    trajectories = play(engine, shop, seed=3)
+    check_bookkeeping(engine, trajectories)  # the recorded log π is the policy's, greedy turn or sampled
+    mixed = greedy_turns(chained, trajectories)
+    assert len(mixed) >= 12 and 0.25 * len(mixed) <= sum(mixed) <= 0.9 * len(mixed)
+    assert fingerprint(play(engine, shop, seed=3)) == fingerprint(trajectories)  # the draws come from the seed
+
+    almost_never = play(engine_for(chained, tokenizer, sampled_turn_prob=1e-9), shop, seed=3)
+    greedy = play(engine_for(chained, tokenizer, greedy=True), shop, seed=3)
+    assert replies(almost_never) == replies(greedy)
+    with pytest.raises(ValueError, match="sampled_turn_prob"):
+        engine_for(chained, tokenizer, sampled_turn_prob=0)
+
+
 # ------------------------------------------------------------------------------------------------ demonstrations
 class EndsTurn:
     """A demonstrator whose replies end with the eos token, as a model that closes its own turn."""

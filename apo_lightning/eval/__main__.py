@@ -54,7 +54,8 @@ def evaluate_command(args: argparse.Namespace) -> dict:
         metrics = greedy_summary(trajectories)
         if args.samples:
             sampled = replace(job, purpose="evaluate-samples", greedy=False, samples=args.samples,
-                              temperature=args.temperature, top_p=args.top_p)
+                              temperature=args.temperature, top_p=args.top_p,
+                              sampled_turn_prob=args.sampled_turn_prob)
             metrics.update(sampled_summary(run_rollouts(sampled, goals, args.processes), seed=args.seed))
             metrics["temperature"] = args.temperature
     if args.results_dir:
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> dict:
     ev.add_argument("--samples", type=int, default=0, help="also K sampled episodes per goal: sampled success, pass@k")
     ev.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of --samples")
     ev.add_argument("--top-p", type=float, default=1.0, help="nucleus mass of --samples")
+    ev.add_argument("--sampled-turn-prob", type=float, default=1.0,
+                    help="--samples: sample each turn with this probability, decode it greedily otherwise")
     ev.add_argument("--history-turns", type=int, default=None, help="last k turns only (default: full)")
     ev.add_argument("--context-budget", type=int, default=4096)
     ev.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")

@@ -73,7 +73,7 @@ class PolicyRollouts:
     """Everything a process needs to roll out a model policy on goals (a picklable job for :func:`run_rollouts`).
 
     ``greedy`` decodes greedily; otherwise each goal is repeated ``samples`` times and sampled at ``temperature``
-    and ``top_p``. Chunk seeds derive from ``seed`` and ``purpose``.
+    and ``top_p``, each turn with probability ``sampled_turn_prob`` (greedily otherwise). Chunk seeds derive from ``seed`` and ``purpose``.
     """
 
     model: str
@@ -90,6 +90,7 @@ class PolicyRollouts:
     samples: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
+    sampled_turn_prob: float = 1.0
     gguf_file: str | None = None
     dtype: str = "float32"
     device: str = "cpu"
@@ -104,7 +105,7 @@ def _rollout_part(job: PolicyRollouts, goals: list[int], offset: int, progress: 
     shop = WebShop.load(job.data_dir, goals=job.goal_kind, seed=job.catalog_seed)
     model, tokenizer = load_policy(job.model, gguf_file=job.gguf_file, dtype=job.dtype, device=job.device)
     engine = RolloutEngine(model, tokenizer, job.chat, max_new_tokens=job.max_new_tokens, greedy=job.greedy,
-                           temperature=job.temperature, top_p=job.top_p)
+                           temperature=job.temperature, top_p=job.top_p, sampled_turn_prob=job.sampled_turn_prob)
     return rollout_goals(engine, shop, goals, job.batch_size, derive_seed(job.seed, job.purpose),
                          max_steps=job.max_steps, progress=progress, seed_offset=offset,
                          description="greedy episodes" if job.greedy else "sampled episodes")

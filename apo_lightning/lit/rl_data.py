@@ -110,6 +110,9 @@ class WebShopRLDataModule(WebShopDataModule):
             train split; ``train_goals`` is then ignored). For small fixed settings such as the learning sanity test.
         steps_per_epoch: training batches per epoch (validation runs at epoch ends).
         val_goals: validation goals rolled out greedily each validation (first N of the val split; 0 = all).
+        train_eval_goals: also roll out the first N goals of the training pool greedily at each validation (a
+            second validation loader; the module logs ``train_goals/success_rate`` and ``train_goals/score``): what
+            the policy learned on the goals it trains on, beside the held-out validation goals; 0 = off.
         test_goals: test goals for ``cli.py test`` (first N of the test split; 0 = all).
         eval_batch_size: episodes per evaluation rollout batch.
         rollout: how training rollouts sample (and the reply token limit of every rollout).
@@ -123,7 +126,7 @@ class WebShopRLDataModule(WebShopDataModule):
                  model_name_or_path: str = "data/models/tiny-sft", tiny: TinyPolicySpec | None = None, seed: int = 0,
                  algorithm: Algorithm = "apo", rollouts_per_goal: int = 1, batch_size: int = 16, train_goals: int = 0,
                  train_goal_indices: list[int] | None = None, steps_per_epoch: int = 50, val_goals: int = 64,
-                 test_goals: int = 0, eval_batch_size: int = 32,
+                 train_eval_goals: int = 0, test_goals: int = 0, eval_batch_size: int = 32,
                  rollout: RolloutSettings = RolloutSettings(), vstar: VStarConfig = VStarConfig(),
                  anchor_demos: int = 0, demo_cache_dir: str = "data/sft"):
         super().__init__()
@@ -141,6 +144,7 @@ class WebShopRLDataModule(WebShopDataModule):
         self.train_goal_indices = list(train_goal_indices) if train_goal_indices else None
         self.steps_per_epoch = steps_per_epoch
         self.val_goals = val_goals
+        self.train_eval_goals = train_eval_goals
         self.test_goals = test_goals
         self.eval_batch_size = eval_batch_size
         self.rollout = rollout
@@ -354,7 +358,7 @@ class WebShopRLDataModule(WebShopDataModule):
         model, tokenizer = self._policy()
         engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens,
                                temperature=self.rollout.temperature, top_p=self.rollout.top_p,
-                               prefill=self.rollout.prefill)
+                               prefill=self.rollout.prefill, sampled_turn_prob=self.rollout.sampled_turn_prob)
         start = time.perf_counter()
         with self._rollout_context():
             trajectories = engine.rollout(self.env.envs(len(goal_list)), goal_list,
@@ -390,16 +394,19 @@ class WebShopRLDataModule(WebShopDataModule):
         with self._rollout_context():
             return {"trajectories": engine.rollout(self.env.envs(len(goals)), goals, seed=0)}
 
-    def _eval_loader(self, split: str, limit: int) -> ChunkStream:
-        goals = self.env.split(split)
+    def _eval_loader(self, goals: list[int], limit: int) -> ChunkStream:
         goals = goals[:limit] if limit else goals
         return ChunkStream(goals[self.rank::self.world_size], self.eval_batch_size, self.eval_batch)
 
-    def val_dataloader(self) -> ChunkStream:
-        return self._eval_loader("val", self.val_goals)
+    def val_dataloader(self) -> ChunkStream | list[ChunkStream]:
+        """The validation goals; with ``train_eval_goals`` also the training pool's first goals (loader 1)."""
+        val = self._eval_loader(self.env.split("val"), self.val_goals)
+        if not self.train_eval_goals:
+            return val
+        return [val, self._eval_loader(self.pool(), self.train_eval_goals)]
 
     def test_dataloader(self) -> ChunkStream:
-        return self._eval_loader("test", self.test_goals)
+        return self._eval_loader(self.env.split("test"), self.test_goals)
 
     # ------------------------------------------------------------------------------------------------ resume
     def state_dict(self) -> dict:

@@ -98,6 +98,7 @@ class WebShopRLModule(LightningModule):
         self.skipped_nonfinite = 0
         self._last_step_start: float | None = None
         self.val_success, self.val_score = MeanMetric(), MeanMetric()
+        self.train_goal_success, self.train_goal_score = MeanMetric(), MeanMetric()  # data.train_eval_goals
         self.test_success, self.test_score = MeanMetric(), MeanMetric()
         self._test_trajectories: list[Trajectory] = []
 
@@ -224,13 +225,19 @@ class WebShopRLModule(LightningModule):
             experiment.add_text(f"samples/trajectory_{i}", "\n".join(lines), self.global_step)
 
     # ------------------------------------------------------------------------------------------------ evaluation
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
+    def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Greedy episodes of the validation goals (loader 0: ``val/*``) or of the training pool's first goals
+        (loader 1, with ``data.train_eval_goals``: ``train_goals/*``)."""
         # the metric objects reduce over every rank's episodes (weighted by episodes) when the epoch ends
         n = len(batch["trajectories"])
-        self.val_success.update(torch.tensor([float(t.success) for t in batch["trajectories"]]))
-        self.val_score.update(torch.tensor([100.0 * t.score for t in batch["trajectories"]]))
-        self.log("val/success_rate", self.val_success, on_epoch=True, prog_bar=True, batch_size=n)
-        self.log("val/score", self.val_score, on_epoch=True, prog_bar=True, batch_size=n)
+        prefix, success, score = (("val", self.val_success, self.val_score) if dataloader_idx == 0 else
+                                  ("train_goals", self.train_goal_success, self.train_goal_score))
+        success.update(torch.tensor([float(t.success) for t in batch["trajectories"]]))
+        score.update(torch.tensor([100.0 * t.score for t in batch["trajectories"]]))
+        self.log(f"{prefix}/success_rate", success, on_epoch=True, prog_bar=dataloader_idx == 0, batch_size=n,
+                 add_dataloader_idx=False)
+        self.log(f"{prefix}/score", score, on_epoch=True, prog_bar=dataloader_idx == 0, batch_size=n,
+                 add_dataloader_idx=False)
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
         n = len(batch["trajectories"])

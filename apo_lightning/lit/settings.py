@@ -79,6 +79,9 @@ class RolloutSettings:
             sharper sampler (T < 1, nearer the greedy policy that is evaluated) changes which trajectories are
             regressed on, not the regression target.
         top_p: nucleus sampling mass (1.0 = off).
+        sampled_turn_prob: turn-level exploration (``RolloutEngine``): each turn is sampled with this probability
+            and decoded greedily otherwise, so a trajectory departs from the greedy one that evaluation plays at a
+            few turns (1.0 = every turn sampled).
         max_new_tokens: reply token limit per turn (training, validation and test rollouts alike).
         prefill: how the engine encodes a turn's new tokens: "batched" (one left-padded batch) or "per_row" (each
             episode on its own: no compute on padding; the same samples).
@@ -86,6 +89,7 @@ class RolloutSettings:
 
     temperature: float = 1.0
     top_p: float = 1.0
+    sampled_turn_prob: float = 1.0
     max_new_tokens: int = 64
     prefill: Literal["batched", "per_row"] = "batched"
 

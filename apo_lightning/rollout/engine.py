@@ -50,22 +50,31 @@ class RolloutEngine:
         temperature: sampling temperature (> 0); ``greedy=True`` takes the argmax instead.
         top_p: nucleus sampling mass (1.0 = off).
         greedy: decode greedily (evaluation).
+        sampled_turn_prob: turn-level exploration: each turn of each episode is sampled (at ``temperature`` and
+            ``top_p``) with this probability and decoded greedily otherwise, drawn from the rollout's seeded
+            generator; 1.0 (default) samples every turn and draws nothing extra, so seeds reproduce as before.
+            Below 1 the trajectories are no longer samples of π: A\*-PO's least-squares stage 2 keeps its minimiser
+            (β2 log π*/π_ref = r − V\* holds for every trajectory; Brantley et al. 2025, §3), only the weight of
+            each trajectory changes; GRPO and the other policy-gradient objectives become off-policy.
         reuse_cache: keep each episode's keys/values between turns, so a turn only encodes its new tokens
             (full history); off = re-encode the whole context every turn.
         prefill: how a turn's new tokens are encoded: "batched" (one left-padded batch) or "per_row" (each episode
             on its own, no compute on padding; then decoded together).
 
     Raises:
-        ValueError: ``temperature`` ≤ 0, ``top_p`` outside (0, 1], or a context budget with no room for a prompt.
+        ValueError: ``temperature`` ≤ 0, ``top_p`` or ``sampled_turn_prob`` outside (0, 1], or a context budget
+            with no room for a prompt.
     """
 
     def __init__(self, model, tokenizer, chat: ChatFormat | None = None, max_new_tokens: int = 64,
                  temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, reuse_cache: bool = True,
-                 prefill: Literal["batched", "per_row"] = "batched"):
+                 prefill: Literal["batched", "per_row"] = "batched", sampled_turn_prob: float = 1.0):
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if not 0 < sampled_turn_prob <= 1:
+            raise ValueError(f"sampled_turn_prob must be in (0, 1], got {sampled_turn_prob}")
         self.model = model
         self.tokenizer = tokenizer
         self.chat = chat or ChatFormat()
@@ -73,6 +82,7 @@ class RolloutEngine:
         self.temperature = temperature
         self.top_p = top_p
         self.greedy = greedy
+        self.sampled_turn_prob = sampled_turn_prob
         self.reuse_cache = reuse_cache
         if prefill not in ("batched", "per_row"):
             raise ValueError(f"prefill must be 'batched' or 'per_row', got {prefill!r}")
@@ -138,7 +148,10 @@ class RolloutEngine:
             imitate = [True] * len(live)
             if demonstrators is None:
                 prompts = [ep.trajectory.segments[-1].token_ids for ep in live]
-                replies = self.generate(prompts, generator, [ep.past for ep in live])
+                sampled = None
+                if self.sampled_turn_prob < 1.0 and not self.greedy:
+                    sampled = (torch.rand(len(live), generator=generator) < self.sampled_turn_prob).tolist()
+                replies = self.generate(prompts, generator, [ep.past for ep in live], sampled)
             else:
                 shown = [demonstrators[i](ep.env) for i, ep in enumerate(episodes) if not ep.done]
                 texts = [x if isinstance(x, str) else x[0] for x in shown]
@@ -194,8 +207,8 @@ class RolloutEngine:
 
     # ------------------------------------------------------------------------------------------------ decoding
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], generator: torch.Generator,
-                 pasts: list[Past | None] | None = None) -> list[tuple[list[int], list[float], str, Past | None]]:
+    def generate(self, prompts: list[list[int]], generator: torch.Generator, pasts: list[Past | None] | None = None,
+                 sampled: list[bool] | None = None) -> list[tuple[list[int], list[float], str, Past | None]]:
         """Sample one reply per prompt with a KV cache; finished replies leave the batch.
 
         Args:
@@ -203,6 +216,7 @@ class RolloutEngine:
             generator: the sampling RNG.
             pasts: per prompt, the keys/values of its first ``past.length`` tokens from the previous turn (a
                 multi-turn chat only feeds its new tokens), or None to encode the whole prompt.
+            sampled: per prompt, whether to sample its reply (False: argmax); None = as ``greedy`` says for all.
 
         Returns:
             Per prompt ``(token ids, log π of each sampled token (untempered), stop reason, past)``; stop reason is
@@ -219,6 +233,7 @@ class RolloutEngine:
         else:
             cache, attention, logits, next_position = self._prefill_batched(new_tokens, pasts, past_lengths, device)
 
+        greedy_rows = None if sampled is None else torch.tensor([not x for x in sampled], device=device)  # (B,)
         rows = list(range(batch))  # original index of each live row
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logps: list[list[float]] = [[] for _ in range(batch)]
@@ -227,6 +242,8 @@ class RolloutEngine:
         for _ in range(self.max_new_tokens):
             logp_all = torch.log_softmax(logits.float(), dim=-1)  # (b, V) the policy itself
             chosen = self._sample(logits, generator)  # (b,)
+            if greedy_rows is not None:
+                chosen = torch.where(greedy_rows, logits.argmax(dim=-1), chosen)
             chosen_logp = logp_all.gather(1, chosen[:, None]).squeeze(1)
             keep = []
             for j, (row, token, lp) in enumerate(zip(rows, chosen.tolist(), chosen_logp.tolist())):
@@ -247,6 +264,7 @@ class RolloutEngine:
                 index = torch.tensor(keep, device=device)
                 cache.batch_select_indices(index)
                 attention, chosen, next_position = attention[index], chosen[index], next_position[index]
+                greedy_rows = greedy_rows[index] if greedy_rows is not None else None
                 rows = [rows[j] for j in keep]
             attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=1)
             out = self.model(input_ids=chosen[:, None], attention_mask=attention, position_ids=next_position,
