@@ -199,8 +199,8 @@ def test_train_eval_goals_validate_the_training_pool_beside_the_validation_goals
     assert metrics["val/score"] != metrics["train_goals/score"]  # the two sets differ, so the check above can fail
 
     seen.clear()  # off by default: the validation goals alone
-    cli = build_cli(["--config", SMOKE, *QUIET, *NO_CHECKPOINTS, "--data.val_goals=6", "--trainer.limit_val_batches=1.0"],
-                    run=False)
+    cli = build_cli(["--config", SMOKE, *QUIET, *NO_CHECKPOINTS, "--data.val_goals=6",
+                     "--trainer.limit_val_batches=1.0"], run=False)
     cli.trainer.validate(cli.model, cli.datamodule)
     assert sorted(g for chunk in seen for g in chunk) == sorted(val)
     assert "train_goals/success_rate" not in cli.trainer.callback_metrics

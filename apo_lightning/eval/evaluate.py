@@ -73,7 +73,8 @@ class PolicyRollouts:
     """Everything a process needs to roll out a model policy on goals (a picklable job for :func:`run_rollouts`).
 
     ``greedy`` decodes greedily; otherwise each goal is repeated ``samples`` times and sampled at ``temperature``
-    and ``top_p``, each turn with probability ``sampled_turn_prob`` (greedily otherwise). Chunk seeds derive from ``seed`` and ``purpose``.
+    and ``top_p``, each turn with probability ``sampled_turn_prob`` (greedily otherwise). Chunk seeds derive from
+    ``seed`` and ``purpose``.
     """
 
     model: str

@@ -53,9 +53,10 @@ class RolloutEngine:
         sampled_turn_prob: turn-level exploration: each turn of each episode is sampled (at ``temperature`` and
             ``top_p``) with this probability and decoded greedily otherwise, drawn from the rollout's seeded
             generator; 1.0 (default) samples every turn and draws nothing extra, so seeds reproduce as before.
-            Below 1 the trajectories are no longer samples of π: A\*-PO's least-squares stage 2 keeps its minimiser
-            (β2 log π*/π_ref = r − V\* holds for every trajectory; Brantley et al. 2025, §3), only the weight of
-            each trajectory changes; GRPO and the other policy-gradient objectives become off-policy.
+            Below 1 the trajectories are no longer samples of π. A\*-PO's stage-2 regression target does not
+            depend on how a trajectory was sampled (β2 log π*/π_ref = r − V\* for every trajectory; Brantley et al.
+            2025, §3), so only the weight of each trajectory in the least squares changes; GRPO and the other
+            policy-gradient objectives become off-policy.
         reuse_cache: keep each episode's keys/values between turns, so a turn only encodes its new tokens
             (full history); off = re-encode the whole context every turn.
         prefill: how a turn's new tokens are encoded: "batched" (one left-padded batch) or "per_row" (each episode
