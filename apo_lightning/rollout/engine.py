@@ -242,9 +242,7 @@ class RolloutEngine:
         new_pasts: list[Past | None] = [None] * batch
         for _ in range(self.max_new_tokens):
             logp_all = torch.log_softmax(logits.float(), dim=-1)  # (b, V) the policy itself
-            chosen = self._sample(logits, generator)  # (b,)
-            if greedy_rows is not None:
-                chosen = torch.where(greedy_rows, logits.argmax(dim=-1), chosen)
+            chosen = self._sample(logits, generator, greedy_rows)  # (b,)
             chosen_logp = logp_all.gather(1, chosen[:, None]).squeeze(1)
             keep = []
             for j, (row, token, lp) in enumerate(zip(rows, chosen.tolist(), chosen_logp.tolist())):
@@ -334,8 +332,10 @@ class RolloutEngine:
         tail = self.tokenizer.decode(ids[-8:], skip_special_tokens=False)
         return tail.rstrip().endswith(STOP_STRING)
 
-    def _sample(self, logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Next token per row: argmax, or a draw from softmax(logits / T) restricted to the top-p nucleus."""
+    def _sample(self, logits: torch.Tensor, generator: torch.Generator,
+                greedy_rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Next token per row: argmax (``greedy``, or the rows where ``greedy_rows`` (b,) bool is True), otherwise a
+        draw from softmax(logits / T) restricted to the top-p nucleus."""
         if self.greedy:
             return logits.argmax(dim=-1)
         probs = torch.softmax(logits.float() / self.temperature, dim=-1)  # (b, V)
@@ -348,8 +348,8 @@ class RolloutEngine:
         # slower on the CPU at this size); right=True never picks a zero-probability token
         uniform = torch.rand((probs.shape[0], 1), generator=generator).to(probs.device)
         cdf = probs.cumsum(dim=-1)
-        chosen = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(1)
-        return chosen.clamp_(max=probs.shape[-1] - 1)
+        chosen = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
+        return chosen if greedy_rows is None else torch.where(greedy_rows, logits.argmax(dim=-1), chosen)
 
 
 def rollout_goals(engine: RolloutEngine, shop: WebShop, goal_indices: Sequence[int], batch_size: int, seed: int,
