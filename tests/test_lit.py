@@ -206,6 +206,53 @@ def test_train_eval_goals_validate_the_training_pool_beside_the_validation_goals
     assert "train_goals/success_rate" not in cli.trainer.callback_metrics
 
 
+def test_demonstration_anchor_draws_from_the_pool_or_the_train_split_and_trains_alone(workdir, monkeypatch,
+                                                                                       zero_v_star):
+    """``data.anchor_goals`` picks whose oracle demonstrations the anchor learns from; with ``model.objective_weight``
+    0 the anchor's SFT loss is the whole loss (the anchor's ablation): one step lowers the NLL of the demonstrations
+    it trained on, and without the anchor the same run does not move at all."""
+    from apo_lightning.apo.logprobs import generated_nll
+    from apo_lightning.lit.settings import EnvConfig
+
+    real_split = EnvConfig.split
+    monkeypatch.setattr(EnvConfig, "split",  # a train split of 10 goals: its demonstrations are built in seconds
+                        lambda self, name: real_split(self, name)[:10] if name == "train" else real_split(self, name))
+    seen = []
+
+    class Seen(Callback):
+        def nll(self, pl_module, batch):
+            demos = batch["demos"]
+            with torch.no_grad():
+                seen.append(generated_nll(pl_module.policy, demos["input_ids"], demos["attention_mask"],
+                                          demos["gen_mask"]).item())
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.nll(pl_module, batch)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.nll(pl_module, batch)
+
+    anchor = ["--model.anchor_weight=1.0", "--data.anchor_demos=4", "--model.objective_weight=0",
+              "--data.env.max_steps=10", "--data.rollout.max_new_tokens=64"]  # room for the oracle to succeed
+    for source, expected in (("pool", set(range(4))), ("train", set(range(10)))):
+        cli = fit("--trainer.max_steps=1", *NO_CHECKPOINTS, *anchor, f"--data.anchor_goals={source}",
+                  callbacks=[Seen()])
+        train = cli.datamodule.env.split("train")
+        assert {train.index(d["goal_index"]) for d in cli.datamodule.demos} == expected
+        before, after = seen[-2:]
+        assert after < before  # the one step learned the demonstrations it was given
+
+    with pytest.raises(ValueError, match="the oracle succeeded on none"):  # the smoke setting's 3 steps are too few
+        fit("--trainer.max_steps=1", *NO_CHECKPOINTS, *anchor[:3])
+    moved = fit("--trainer.max_steps=1", *NO_CHECKPOINTS).model.policy  # V* 0: the objective alone moves it...
+    assert not all(torch.equal(p, q) for p, q in zip(moved.parameters(), cli.model.reference.parameters()))
+    cli = fit("--trainer.max_steps=1", *NO_CHECKPOINTS, "--model.objective_weight=0")  # ...and weighted 0 it does not
+    trained = dict(cli.model.policy.named_parameters())
+    assert all(torch.equal(p, dict(cli.model.reference.named_parameters())[n]) for n, p in trained.items())
+    with pytest.raises(ValueError, match="anchor_goals"):
+        WebShopRLDataModule(anchor_goals="val")
+
+
 @pytest.fixture
 def varied_rewards(monkeypatch, zero_v_star):
     """Rewards that differ between the trajectories of a goal (an untrained policy earns the same penalty on

@@ -119,6 +119,8 @@ class WebShopRLDataModule(WebShopDataModule):
         vstar: stage-1 settings.
         anchor_demos: oracle demonstrations of training goals attached to every training batch (per process) for
             the module's demonstration anchor (``model.anchor_weight``); 0 = none.
+        anchor_goals: whose demonstrations the anchor draws from: "pool" (the training pool's goals, stage 1's) or
+            "train" (every goal of the train split, as the reference's SFT did).
         demo_cache_dir: where those demonstrations are cached.
     """
 
@@ -128,8 +130,11 @@ class WebShopRLDataModule(WebShopDataModule):
                  train_goal_indices: list[int] | None = None, steps_per_epoch: int = 50, val_goals: int = 64,
                  train_eval_goals: int = 0, test_goals: int = 0, eval_batch_size: int = 32,
                  rollout: RolloutSettings = RolloutSettings(), vstar: VStarConfig = VStarConfig(),
-                 anchor_demos: int = 0, demo_cache_dir: str = "data/sft"):
+                 anchor_demos: int = 0, anchor_goals: Literal["pool", "train"] = "pool",
+                 demo_cache_dir: str = "data/sft"):
         super().__init__()
+        if anchor_goals not in ("pool", "train"):
+            raise ValueError(f'anchor_goals must be "pool" or "train", not {anchor_goals!r}')
         if batch_size < 1 or steps_per_epoch < 1 or rollouts_per_goal < 1:
             raise ValueError("batch_size, steps_per_epoch and rollouts_per_goal must be >= 1")
         self.env = env
@@ -150,6 +155,7 @@ class WebShopRLDataModule(WebShopDataModule):
         self.rollout = rollout
         self.vstar = vstar
         self.anchor_demos = anchor_demos
+        self.anchor_goals = anchor_goals
         self.demo_cache_dir = demo_cache_dir
         self.demos: list[dict] = []
         self.reference_samples: dict[str, list[dict]] = {}  # stage-1 trajectories, with vstar.reuse
@@ -270,7 +276,8 @@ class WebShopRLDataModule(WebShopDataModule):
 
     def _demonstrations(self):
         return demonstration_cache(self.demo_cache_dir, self.env, self.chat, self.reference_model,
-                                   {"train": self.pool()}, self.rollout.max_new_tokens)
+                                   {"train": self.pool() if self.anchor_goals == "pool" else self.env.split("train")},
+                                   self.rollout.max_new_tokens)
 
     def prepare_data(self) -> None:
         """Once per machine: build the (untrained) tiny policy if the config asks for one and it is missing, and the
@@ -298,6 +305,10 @@ class WebShopRLDataModule(WebShopDataModule):
         self.goal_pool = pool
         if self.anchor_demos:
             self.demos = load_demonstrations(self._demonstrations())["train"]
+            if not self.demos:
+                raise ValueError(f"the demonstration anchor has no demonstrations: the oracle succeeded on none of the "
+                                 f"{self.anchor_goals} goals within env.max_steps {self.env.max_steps} and "
+                                 f"rollout.max_new_tokens {self.rollout.max_new_tokens}")
 
     # ------------------------------------------------------------------------------------------------ stage 2
     def goals_for_batch(self, batch_number: int) -> list[int]:

@@ -71,6 +71,9 @@ class WebShopRLModule(LightningModule):
         anchor_weight: λ of a demonstration anchor: add λ · (SFT loss on the oracle demonstrations the data module
             attaches to each batch, ``data.anchor_demos``) to the objective's loss; 0 = none (as the WebShop paper's
             RL).
+        objective_weight: the weight of the objective's loss (1 = the objective as published). 0 with
+            ``anchor_weight`` > 0 trains on the demonstrations alone while rolling out as usual: the anchor's
+            ablation, at the same steps, learning rate and trajectories.
         lora: LoRA settings (rank 0 = full fine-tuning).
         dtype: weights dtype; mixed precision comes from the Trainer's ``precision``.
         sample_trajectories: how many trajectories to log as text every ``text_every`` steps.
@@ -84,7 +87,7 @@ class WebShopRLModule(LightningModule):
                  apo: APOSettings = APOSettings(), grpo: GRPOSettings = GRPOSettings(),
                  kl_pg: KLPGSettings = KLPGSettings(), awr: AWRSettings = AWRSettings(), learning_rate: float = 1e-4,
                  weight_decay: float = 0.0, warmup_steps: int = 0, anchor_weight: float = 0.0,
-                 lora: LoraSettings = LoraSettings(),
+                 objective_weight: float = 1.0, lora: LoraSettings = LoraSettings(),
                  dtype: DType = "float32", sample_trajectories: int = 2, text_every: int = 25,
                  results_dir: str | None = None, method_name: str | None = None):
         super().__init__()
@@ -173,6 +176,7 @@ class WebShopRLModule(LightningModule):
         self._last_step_start = now
         packed = self.packed_batch(batch)
         loss, stats = self.objective.loss(packed, self.objective_settings)
+        loss = self.hparams.objective_weight * loss
         fresh = len(batch["trajectories"])  # the KL is the current policy's: measured on its own samples only
         stats.update(kl_statistics(packed.head(fresh)))
         if self.hparams.anchor_weight:
