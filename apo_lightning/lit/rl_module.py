@@ -69,8 +69,8 @@ class WebShopRLModule(LightningModule):
         weight_decay: AdamW weight decay.
         warmup_steps: linear learning-rate warm-up steps.
         anchor_weight: λ of a demonstration anchor: add λ · (SFT loss on the oracle demonstrations the data module
-            attaches to each batch, ``data.anchor_demos``) to the objective's loss; 0 = none (as the WebShop paper's
-            RL).
+            attaches to each batch, ``data.anchor_demos``, drawn from ``data.anchor_goals``) to the objective's loss;
+            0 = none (as the WebShop paper's RL).
         objective_weight: the weight of the objective's loss (1 = the objective as published). 0 with
             ``anchor_weight`` > 0 trains on the demonstrations alone while rolling out as usual: the anchor's
             ablation, at the same steps, learning rate and trajectories.
