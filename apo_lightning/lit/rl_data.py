@@ -72,7 +72,10 @@ class VStarConfig:
             V*(x)`` for every y (Brantley et al. 2025, §3), so π_ref's stage-1 samples, already paid for, are
             valid rows. They are drawn from this process's share of the goal pool, afresh for every batch (a pure
             function of the run seed, rank and batch number), and kept beside the V* table
-            (``<key>.samples.pt``). Only for objectives that use V*.
+            (``<key>.samples.pt``). Only for objectives that use V*. They also keep stage 2 stable: on π_ref's
+            samples the mean log-ratio is −KL(π_ref‖π) ≤ 0, the sign the policy's own rows lack (8 per process kept 192
+            quick-start steps below 0.7 nats, where without them the KL passed 3 nats at step 104;
+            docs/experiments.md).
         cache_dir: where V* tables are cached.
         device: where the stage-1 rollouts run: "auto" (CUDA when available, else CPU), "cpu" or "cuda". Not a
             part of the cache key: samples drawn on either device estimate the same V*.

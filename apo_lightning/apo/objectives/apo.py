@@ -25,7 +25,10 @@ class APOSettings:
             The paper's 1e-3 goes with its lr 1e-6 (at which 24 quick-start steps change no greedy episode); with
             lr ≥ 1e-4 on the 2 M-parameter references, β2 0.05 and the score reward, the targets of ±10 nats or
             more run away (KL 181 nats and 45 % unparseable replies at lr 3e-4 on the quick start;
-            docs/experiments.md).
+            docs/experiments.md). With the success reward and V* at the samples' mean (β1 100) it runs away later, after
+            about 100 steps of 16 trajectories at lr 1e-4 (β2 0.5: about 175), because on the policy's own samples
+            the mean log-ratio is the KL ≥ 0 and every step pushes down what was sampled; stage-1 reference samples
+            as extra rows (``VStarConfig.reuse``, 8 per process) kept 192 such steps below 0.7 nats.
         entropy_coef: subtract this times the policy's mean entropy per generated token from the loss (the
             authors' trainer: 0.001); 0 = the regression alone.
     """
