@@ -244,8 +244,8 @@ def test_demonstration_anchor_draws_from_the_pool_or_the_train_split_and_trains_
 
     with pytest.raises(ValueError, match="the oracle succeeded on none"):  # the smoke setting's 3 steps are too few
         fit("--trainer.max_steps=1", *NO_CHECKPOINTS, *anchor[:3])
-    moved = fit("--trainer.max_steps=1", *NO_CHECKPOINTS).model.policy  # V* 0: the objective alone moves it...
-    assert not all(torch.equal(p, q) for p, q in zip(moved.parameters(), cli.model.reference.parameters()))
+    moved = fit("--trainer.max_steps=1", *NO_CHECKPOINTS).model  # V* 0: the objective alone moves it...
+    assert not all(torch.equal(p, q) for p, q in zip(moved.policy.parameters(), moved.reference.parameters()))
     cli = fit("--trainer.max_steps=1", *NO_CHECKPOINTS, "--model.objective_weight=0")  # ...and weighted 0 it does not
     trained = dict(cli.model.policy.named_parameters())
     assert all(torch.equal(p, dict(cli.model.reference.named_parameters())[n]) for n, p in trained.items())

@@ -22,7 +22,7 @@ import logging
 import random
 import time
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
@@ -42,6 +42,8 @@ from .settings import EnvConfig, RolloutSettings, WebShopDataModule, ensure_poli
 from .streams import ChunkStream, StepStream
 
 log = logging.getLogger(__name__)
+
+AnchorGoals = Literal["pool", "train"]  # whose demonstrations the anchor draws from (WebShopRLDataModule)
 
 
 @dataclass
@@ -133,11 +135,11 @@ class WebShopRLDataModule(WebShopDataModule):
                  train_goal_indices: list[int] | None = None, steps_per_epoch: int = 50, val_goals: int = 64,
                  train_eval_goals: int = 0, test_goals: int = 0, eval_batch_size: int = 32,
                  rollout: RolloutSettings = RolloutSettings(), vstar: VStarConfig = VStarConfig(),
-                 anchor_demos: int = 0, anchor_goals: Literal["pool", "train"] = "pool",
+                 anchor_demos: int = 0, anchor_goals: AnchorGoals = "pool",
                  demo_cache_dir: str = "data/sft"):
         super().__init__()
-        if anchor_goals not in ("pool", "train"):
-            raise ValueError(f'anchor_goals must be "pool" or "train", not {anchor_goals!r}')
+        if anchor_goals not in get_args(AnchorGoals):
+            raise ValueError(f"anchor_goals must be one of {get_args(AnchorGoals)}, got {anchor_goals!r}")
         if batch_size < 1 or steps_per_epoch < 1 or rollouts_per_goal < 1:
             raise ValueError("batch_size, steps_per_epoch and rollouts_per_goal must be >= 1")
         self.env = env
