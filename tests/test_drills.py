@@ -2,6 +2,7 @@
 is tested through the Trainer, in test_lit.py.)"""
 
 import random
+import re
 
 import pytest
 import torch
@@ -115,6 +116,27 @@ def test_a_value_swap_drill_asks_for_and_clicks_a_value_the_product_does_not_hav
     assert swapped >= 5
 
 
+def test_an_asin_swap_drill_clicks_a_new_asin_shown_where_the_product_was(drills, tokenizer):
+    swapped = 0
+    for seed in range(20):
+        plain = drills.draw(random.Random(seed), kind="search_results", asin_swap=False)
+        drill = drills.draw(random.Random(seed), kind="search_results", asin_swap=True)
+        first, new_first = plain["gen_mask"].index(1), drill["gen_mask"].index(1)
+        prompt, new_prompt = tokenizer.decode(plain["input_ids"][:first]), tokenizer.decode(drill["input_ids"][:new_first])
+        action = parse_reply(tokenizer.decode(plain["input_ids"][first:], skip_special_tokens=True)).action
+        new_action = parse_reply(tokenizer.decode(drill["input_ids"][new_first:], skip_special_tokens=True)).action
+        if not re.fullmatch(r"click\[B0\w{8}\]", action, re.IGNORECASE):
+            assert new_prompt == prompt and new_action == action  # pages on: nothing to swap
+            continue
+        old, new = action[6:-1], new_action[6:-1]
+        assert new.upper() not in drills.catalog_asins and new.upper() != old.upper()
+        # the page is the same page with the one ASIN replaced, everywhere it appears, and nowhere else changed
+        assert old.upper() not in new_prompt.upper() and f"[{new}]" in new_prompt
+        assert re.sub(re.escape(new), old, new_prompt, flags=re.IGNORECASE).upper() == prompt.upper()
+        swapped += 1
+    assert swapped >= 10
+
+
 def test_drill_settings_reject_an_unknown_page_kind_and_a_swap_probability_outside_0_1():
     from apo_lightning.lit.sft_data import DrillSettings
 
@@ -125,3 +147,5 @@ def test_drill_settings_reject_an_unknown_page_kind_and_a_swap_probability_outsi
         DrillSettings(kinds=[])
     with pytest.raises(ValueError, match="swap_values"):
         DrillSettings(swap_values=1.5)
+    with pytest.raises(ValueError, match="swap_asins"):
+        DrillSettings(swap_asins=-0.1)

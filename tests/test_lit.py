@@ -92,7 +92,8 @@ OBJECTIVE_OVERLAYS = sorted((REPO / "configs" / "objective").glob("*.yaml"))
 
 #: the configs each SFT overlay goes on top of (its header's command)
 SFT_BASES = {"sft_quickstart_dart.yaml": ["sft_quickstart.yaml"],
-             "sft_quickstart_swap.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"]}
+             "sft_quickstart_swap.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"],
+             "sft_quickstart_reader.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"]}
 
 
 def base_of(config: Path) -> list[str]:
@@ -519,11 +520,13 @@ def test_sft_trains_drills_then_demonstrations_through_the_trainer_and_exports(w
 
     sft = ["fit", "--config", SFT_CONFIG, *QUIET, *SFT_SMOKE, "--trainer.enable_checkpointing=false",
            "--model.export_dir=data/models/sft-smoke", "--data.drills.steps=12", "--data.drills.checks_per_kind=1", "--trainer.val_check_interval=1.0",
+           "--data.drills.swap_values=0.5", "--data.drills.swap_asins=0.5",
            "--data.eval_goals=2", "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
            "--trainer.logger.save_dir=logs"]
     cli = main(sft)
     data = cli.datamodule
     assert cli.model.hparams.constant_steps == 12  # linked from the drills
+    assert (data.drill_source.swap, data.drill_source.asin_swap) == (0.5, 0.5)  # the swaps reach the drills
     assert cli.trainer.global_step == data.course_length() == 12 + data.demo_batches_per_epoch()
     assert isinstance(cli.trainer.logger, CSVLogger)
     rows = [line.split(",") for line in Path(cli.trainer.logger.log_dir, "metrics.csv").read_text().splitlines()]

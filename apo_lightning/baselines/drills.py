@@ -22,6 +22,13 @@ reference: 85 of its 86 wrong option clicks on test goals). The drill replaces t
 the page's option button and in the reply by a value of the same option from another product that this page does not
 offer: a product that never existed, whose value can only be copied from the instruction.
 
+An *ASIN-swap* results-page drill (``asin_swap``) answers the same for the product click: the quick start's reference
+never copies an ASIN from the page, it recalls the ASIN it remembers for the instruction (measured on a catalog of
+the same generator with another seed: 0 % success, 198 of 198 product clicks on ASINs that are not on the page, 41 of
+them ASINs of the catalog it was trained on). The drill replaces the clicked ASIN on the page, in the list of
+available actions and in the reply by a new random ASIN that no product of the catalog has, so the click can only be
+copied from the page.
+
 Drills are training data: the SFT run trains on them through the Trainer before the demonstrations
 (``lit.sft_data``); this module only draws them and measures how well a model copies.
 """
@@ -38,6 +45,7 @@ import torch
 from ..rollout.chat import ChatFormat
 from ..webshop import WebShop, WebShopEnv
 from .demonstrations import reply_for
+from ..webshop.synthetic import ASIN_ALPHABET
 from .scripted import OraclePolicy, scripted_steps, strip_price
 
 #: The page kinds a drill is drawn from, in episode order.
@@ -80,16 +88,19 @@ class TurnDrills:
         max_steps: the env's step limit (shown as "actions left").
         swap: probability that an item-page drill whose reply clicks an option swaps that value for another
             product's (module docstring).
+        asin_swap: probability that a results-page drill whose reply clicks a product swaps its ASIN for a new one
+            (module docstring).
     """
 
     def __init__(self, shop: WebShop, chat: ChatFormat, tokenizer, goal_indices: Sequence[int],
-                 splice: float = 0.5, max_steps: int = 15, swap: float = 0.0) -> None:
+                 splice: float = 0.5, max_steps: int = 15, swap: float = 0.0, asin_swap: float = 0.0) -> None:
         if not goal_indices:
             raise ValueError("turn drills need at least one goal")
         self.shop, self.chat, self.tokenizer = shop, chat, tokenizer
         self.goal_indices = list(goal_indices)
         self.splice = splice
         self.swap = swap
+        self.asin_swap = asin_swap
         self.env = WebShopEnv(shop, max_steps=max_steps)
         self.oracle = OraclePolicy()
         self._turns: dict[int, dict[str, tuple[int, str, dict, str, tuple[str, str] | None]]] = {}
@@ -117,8 +128,13 @@ class TurnDrills:
         self._turns[goal_index] = turns
         return turns
 
+    @cached_property
+    def catalog_asins(self) -> frozenset[str]:
+        """Every ASIN of the catalog, upper-case (a swapped-in ASIN is none of them)."""
+        return frozenset(product["asin"].upper() for product in self.shop.products)
+
     def draw(self, rng: random.Random, kind: str | None = None, splice: bool | None = None,
-             swap: bool | None = None) -> dict[str, list[int]]:
+             swap: bool | None = None, asin_swap: bool | None = None) -> dict[str, list[int]]:
         """One drill: ``{"input_ids": [...], "gen_mask": [...]}``, the mask 1 exactly on the reply's tokens.
 
         Args:
@@ -127,6 +143,8 @@ class TurnDrills:
             swap: force or forbid a value swap on an item-page drill (None: with probability ``swap``; only when
                 the reply clicks an option whose value the instruction names word for word, as synthetic goals
                 do, and the catalog has another value of that option to swap in).
+            asin_swap: force or forbid an ASIN swap on a results-page drill (None: with probability ``asin_swap``;
+                only when the reply clicks a product).
         """
         goal_index = rng.choice(self.goal_indices)
         turns = self._first_turns(goal_index)
@@ -147,6 +165,11 @@ class TurnDrills:
                 swap = self.swap > 0 and rng.random() < self.swap
             if swap:
                 instruction, user, reply = self._swap_value(rng, option, instruction, user, reply)
+        if kind == "search_results":
+            if asin_swap is None:  # as for swap: no draw when ASIN swaps are off
+                asin_swap = self.asin_swap > 0 and rng.random() < self.asin_swap
+            if asin_swap:
+                user, reply = self._swap_asin(rng, user, reply)
         messages = self.chat.messages(instruction, [(user, None)])
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -168,6 +191,20 @@ class TurnDrills:
         swapped = _whole(value).sub(new, instruction)
         user = user.replace(instruction, swapped).replace(f"[{value}]", f"[{new}]")
         return swapped, user, reply.replace(value, new)
+
+    def _swap_asin(self, rng: random.Random, user: str, reply: str) -> tuple[str, str]:
+        """``(user message, reply)`` with the ASIN the reply clicks replaced, case-insensitively, by a new ASIN
+        (module docstring); unchanged when the reply does not click an ASIN shown on the page."""
+        match = re.search(r"click\[(b0[0-9a-z]{8})\]", reply, re.IGNORECASE)
+        if match is None or not re.search(re.escape(match.group(1)), user, re.IGNORECASE):
+            return user, reply
+        while True:
+            new = "B0" + "".join(rng.choice(ASIN_ALPHABET) for _ in range(8))
+            if new not in self.catalog_asins:
+                break
+        old = re.compile(re.escape(match.group(1)), re.IGNORECASE)
+        return (old.sub(lambda m: new if m.group(0).isupper() else new.lower(), user),
+                old.sub(lambda m: new if m.group(0).isupper() else new.lower(), reply))
 
 
 @torch.no_grad()

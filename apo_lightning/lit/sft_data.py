@@ -50,6 +50,8 @@ class DrillSettings:
         kinds: the page kinds to drill (``DRILL_PAGES``); None = any kind a goal's episode shows.
         swap_values: probability that an item-page drill swaps the clicked option value for another product's
             (``baselines.drills``: a value that can only be copied, not remembered).
+        swap_asins: probability that a results-page drill swaps the clicked ASIN for a new one (``baselines.drills``:
+            an ASIN that can only be copied from the page, not recalled).
     """
 
     steps: int = 0
@@ -58,13 +60,15 @@ class DrillSettings:
     checks_per_kind: int = 16
     kinds: list[str] | None = None
     swap_values: float = 0.0
+    swap_asins: float = 0.0
 
     def __post_init__(self) -> None:
         unknown = set(self.kinds or ()) - set(DRILL_PAGES)
         if unknown or self.kinds == []:
             raise ValueError(f"drills.kinds must be a non-empty list of {DRILL_PAGES}, got {self.kinds}")
-        if not 0.0 <= self.swap_values <= 1.0:
-            raise ValueError(f"drills.swap_values must be in [0, 1], got {self.swap_values}")
+        for name in ("swap_values", "swap_asins"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"drills.{name} must be in [0, 1], got {getattr(self, name)}")
 
 
 class SFTDataModule(WebShopDataModule):
@@ -139,7 +143,8 @@ class SFTDataModule(WebShopDataModule):
         train = self.env.split("train")
         held_out = max(1, min(self.drills.held_out_goals, len(train) // 10))
         self.drill_source = TurnDrills(self.shop, self.chat, self.tokenizer, train[:-held_out],
-                                       max_steps=self.env.max_steps, swap=self.drills.swap_values)
+                                       max_steps=self.env.max_steps, swap=self.drills.swap_values,
+                                       asin_swap=self.drills.swap_asins)
         self.drill_checks = TurnDrills(self.shop, self.chat, self.tokenizer, train[-held_out:],
                                        max_steps=self.env.max_steps)
 
