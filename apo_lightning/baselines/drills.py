@@ -44,8 +44,8 @@ import torch
 
 from ..rollout.chat import ChatFormat
 from ..webshop import WebShop, WebShopEnv
-from .demonstrations import reply_for
 from ..webshop.synthetic import ASIN_ALPHABET
+from .demonstrations import reply_for
 from .scripted import OraclePolicy, scripted_steps, strip_price
 
 #: The page kinds a drill is drawn from, in episode order.
@@ -195,16 +195,20 @@ class TurnDrills:
     def _swap_asin(self, rng: random.Random, user: str, reply: str) -> tuple[str, str]:
         """``(user message, reply)`` with the ASIN the reply clicks replaced, case-insensitively, by a new ASIN
         (module docstring); unchanged when the reply does not click an ASIN shown on the page."""
-        match = re.search(r"click\[(b0[0-9a-z]{8})\]", reply, re.IGNORECASE)
-        if match is None or not re.search(re.escape(match.group(1)), user, re.IGNORECASE):
+        match = re.search(r"click\[([^\]]+)\]", reply)
+        if match is None or match.group(1).upper() not in self.catalog_asins or not re.search(
+                re.escape(match.group(1)), user, re.IGNORECASE):
             return user, reply
         while True:
             new = "B0" + "".join(rng.choice(ASIN_ALPHABET) for _ in range(8))
             if new not in self.catalog_asins:
                 break
         old = re.compile(re.escape(match.group(1)), re.IGNORECASE)
-        return (old.sub(lambda m: new if m.group(0).isupper() else new.lower(), user),
-                old.sub(lambda m: new if m.group(0).isupper() else new.lower(), reply))
+
+        def same_case(found: re.Match) -> str:
+            return new if found.group(0).isupper() else new.lower()
+
+        return old.sub(same_case, user), old.sub(same_case, reply)
 
 
 @torch.no_grad()
