@@ -71,14 +71,14 @@ def test_splice_keeps_the_price_clause_whole():
 class _Copier(torch.nn.Module):
     """Answers every drill prompt it was shown with that drill's target reply (a perfect copier)."""
 
-    def __init__(self, drills, per_kind: int):
+    def __init__(self, drills, per_kind: int, swapped: bool = False):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.zeros(1))
         self.answers = {}
         rng = random.Random(1)  # the draws copy_accuracy makes (its default seed)
         for kind in DRILL_PAGES:
             for _ in range(per_kind):
-                drill = drills.draw(rng, kind=kind, splice=False)
+                drill = drills.draw(rng, kind=kind, splice=False, swap=swapped, asin_swap=swapped)
                 first = drill["gen_mask"].index(1)
                 self.answers[tuple(drill["input_ids"][:first])] = drill["input_ids"][first:]
 
@@ -91,6 +91,10 @@ def test_copy_accuracy_counts_exact_copies_per_page_kind(drills, tokenizer, tmp_
                                                                      num_kv_heads=1, intermediate_size=64))
     assert copy_accuracy(untrained, drills, per_kind=2) == {kind: 0.0 for kind in DRILL_PAGES}
     assert copy_accuracy(_Copier(drills, per_kind=2), drills, per_kind=2) == {kind: 1.0 for kind in DRILL_PAGES}
+    # swapped=True draws the swapped drills: a copier of those answers every one (and has no answer for a plain one)
+    swapped = _Copier(drills, per_kind=2, swapped=True)
+    assert copy_accuracy(swapped, drills, per_kind=2, swapped=True) == {kind: 1.0 for kind in DRILL_PAGES}
+    assert swapped.answers.keys() != _Copier(drills, per_kind=2).answers.keys()
 
 
 def test_a_value_swap_drill_asks_for_and_clicks_a_value_the_product_does_not_have(drills, tokenizer):
@@ -125,7 +129,7 @@ def test_an_asin_swap_drill_clicks_a_new_asin_shown_where_the_product_was(drills
         prompt, new_prompt = tokenizer.decode(plain["input_ids"][:first]), tokenizer.decode(drill["input_ids"][:new_first])
         action = parse_reply(tokenizer.decode(plain["input_ids"][first:], skip_special_tokens=True)).action
         new_action = parse_reply(tokenizer.decode(drill["input_ids"][new_first:], skip_special_tokens=True)).action
-        if not re.fullmatch(r"click\[B0\w{8}\]", action, re.IGNORECASE):
+        if not action.startswith("click[") or action[6:-1].upper() not in drills.catalog_asins:
             assert new_prompt == prompt and new_action == action  # pages on: nothing to swap
             continue
         old, new = action[6:-1], new_action[6:-1]

@@ -44,7 +44,7 @@ import torch
 
 from ..rollout.chat import ChatFormat
 from ..webshop import WebShop, WebShopEnv
-from ..webshop.synthetic import ASIN_ALPHABET
+from ..webshop.synthetic import new_asin
 from .demonstrations import reply_for
 from .scripted import OraclePolicy, scripted_steps, strip_price
 
@@ -199,10 +199,7 @@ class TurnDrills:
         if match is None or match.group(1).upper() not in self.catalog_asins or not re.search(
                 re.escape(match.group(1)), user, re.IGNORECASE):
             return user, reply
-        while True:
-            new = "B0" + "".join(rng.choice(ASIN_ALPHABET) for _ in range(8))
-            if new not in self.catalog_asins:
-                break
+        new = new_asin(rng, self.catalog_asins)
         old = re.compile(re.escape(match.group(1)), re.IGNORECASE)
 
         def same_case(found: re.Match) -> str:
@@ -212,8 +209,13 @@ class TurnDrills:
 
 
 @torch.no_grad()
-def copy_accuracy(model, drills: TurnDrills, per_kind: int = 16, seed: int = 1) -> dict[str, float]:
+def copy_accuracy(model, drills: TurnDrills, per_kind: int = 16, seed: int = 1,
+                  swapped: bool = False) -> dict[str, float]:
     """Fraction of drills (no splicing) whose reply the model reproduces exactly with greedy decoding, per page kind.
+
+    Args:
+        swapped: every results-page drill with its ASIN swapped and every item-page drill with its option value
+            swapped (where the drill allows it), instead of none: copies of what the model cannot have remembered.
 
     Returns:
         ``{"index": acc, "search_results": acc, "item_page": acc}`` (index: the search page), each in [0, 1].
@@ -227,7 +229,7 @@ def copy_accuracy(model, drills: TurnDrills, per_kind: int = 16, seed: int = 1) 
     for kind in DRILL_PAGES:
         correct = 0
         for _ in range(per_kind):
-            drill = drills.draw(rng, kind=kind, splice=False)
+            drill = drills.draw(rng, kind=kind, splice=False, swap=swapped, asin_swap=swapped)
             first = drill["gen_mask"].index(1)
             prompt = torch.tensor([drill["input_ids"][:first]], device=device)
             target = drill["input_ids"][first:]

@@ -32,6 +32,7 @@ import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Container
 
 from ..utils.files import atomic_write_bytes
 
@@ -768,13 +769,19 @@ def title_nouns(title: str) -> list[str]:
     return nouns
 
 
-def _new_id(rng: random.Random, used: set[str]) -> str:
-    """A fresh ASIN: "B0" + 8 upper-case alphanumerics, unique among ``used`` (which it extends)."""
+def new_asin(rng: random.Random, taken: Container[str]) -> str:
+    """A fresh ASIN: "B0" + 8 upper-case alphanumerics, none of ``taken``."""
     while True:
         asin = "B0" + "".join(rng.choice(ASIN_ALPHABET) for _ in range(8))
-        if asin not in used:
-            used.add(asin)
+        if asin not in taken:
             return asin
+
+
+def _new_id(rng: random.Random, used: set[str]) -> str:
+    """:func:`new_asin`, added to ``used``."""
+    asin = new_asin(rng, used)
+    used.add(asin)
+    return asin
 
 
 def _image_url(rng: random.Random) -> str:
