@@ -49,7 +49,8 @@ def evaluate_command(args: argparse.Namespace) -> dict:
         chat = ChatFormat(history_turns=args.history_turns, context_budget=args.context_budget)
         job = PolicyRollouts(args.model, str(data_dir) if data_dir else None, args.goals, args.catalog_seed, chat,
                              args.max_new_tokens, args.batch_size, args.max_steps, args.seed, "evaluate",
-                             gguf_file=args.gguf_file, dtype=args.dtype, device=args.device, threads=args.threads)
+                             gguf_file=args.gguf_file, dtype=args.dtype, device=args.device, threads=args.threads,
+                             valid_clicks=args.valid_clicks)
         trajectories = run_rollouts(job, goals, args.processes)
         metrics = greedy_summary(trajectories)
         if args.samples:
@@ -112,6 +113,8 @@ def main(argv: list[str] | None = None) -> dict:
     ev.add_argument("--top-p", type=float, default=1.0, help="nucleus mass of --samples")
     ev.add_argument("--sampled-turn-prob", type=float, default=1.0,
                     help="--samples: sample each turn with this probability, decode it greedily otherwise")
+    ev.add_argument("--valid-clicks", action="store_true",
+                    help="constrain click arguments to the items on the page (greedy and sampled episodes)")
     ev.add_argument("--history-turns", type=int, default=None, help="last k turns only (default: full)")
     ev.add_argument("--context-budget", type=int, default=4096)
     ev.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")

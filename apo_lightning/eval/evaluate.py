@@ -73,7 +73,8 @@ class PolicyRollouts:
     """Everything a process needs to roll out a model policy on goals (a picklable job for :func:`run_rollouts`).
 
     ``greedy`` decodes greedily; otherwise each goal is repeated ``samples`` times and sampled at ``temperature``
-    and ``top_p``, each turn with probability ``sampled_turn_prob`` (greedily otherwise). Chunk seeds derive from
+    and ``top_p``, each turn with probability ``sampled_turn_prob`` (greedily otherwise). ``valid_clicks`` constrains
+    click arguments to the page's clickables (``rollout.constrained``), greedy and sampled. Chunk seeds derive from
     ``seed`` and ``purpose``.
     """
 
@@ -92,6 +93,7 @@ class PolicyRollouts:
     temperature: float = 1.0
     top_p: float = 1.0
     sampled_turn_prob: float = 1.0
+    valid_clicks: bool = False
     gguf_file: str | None = None
     dtype: str = "float32"
     device: str = "cpu"
@@ -106,7 +108,8 @@ def _rollout_part(job: PolicyRollouts, goals: list[int], offset: int, progress: 
     shop = WebShop.load(job.data_dir, goals=job.goal_kind, seed=job.catalog_seed)
     model, tokenizer = load_policy(job.model, gguf_file=job.gguf_file, dtype=job.dtype, device=job.device)
     engine = RolloutEngine(model, tokenizer, job.chat, max_new_tokens=job.max_new_tokens, greedy=job.greedy,
-                           temperature=job.temperature, top_p=job.top_p, sampled_turn_prob=job.sampled_turn_prob)
+                           temperature=job.temperature, top_p=job.top_p, sampled_turn_prob=job.sampled_turn_prob,
+                           valid_clicks=job.valid_clicks)
     return rollout_goals(engine, shop, goals, job.batch_size, derive_seed(job.seed, job.purpose),
                          max_steps=job.max_steps, progress=progress, seed_offset=offset,
                          description="greedy episodes" if job.greedy else "sampled episodes")

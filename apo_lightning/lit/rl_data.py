@@ -203,6 +203,7 @@ class WebShopRLDataModule(WebShopDataModule):
             "temperature": self.vstar.temperature,
             **({"top_p": self.vstar.top_p} if self.vstar.top_p != 1.0 else {}),  # keeps the older tables' keys
             "max_new_tokens": self.rollout.max_new_tokens,
+            **({"valid_clicks": True} if self.rollout.valid_clicks else {}),  # keeps the older tables' keys
             "seed": self.seed,
             "version": 2,
         }
@@ -216,7 +217,8 @@ class WebShopRLDataModule(WebShopDataModule):
         records of ``rollout.trajectory.regression_record``."""
         share = goals[self.rank::self.world_size]
         engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens,
-                               temperature=self.vstar.temperature, top_p=self.vstar.top_p)
+                               temperature=self.vstar.temperature, top_p=self.vstar.top_p,
+                               valid_clicks=self.rollout.valid_clicks)
         repeated = [g for g in share for _ in range(self.vstar.num_samples)]
         trajectories = rollout_goals(engine, self.shop, repeated, self.vstar.batch_size,
                                      seed=derive_seed(self.seed, purpose, self.rank),
@@ -374,7 +376,8 @@ class WebShopRLDataModule(WebShopDataModule):
         model, tokenizer = self._policy()
         engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens,
                                temperature=self.rollout.temperature, top_p=self.rollout.top_p,
-                               prefill=self.rollout.prefill, sampled_turn_prob=self.rollout.sampled_turn_prob)
+                               prefill=self.rollout.prefill, sampled_turn_prob=self.rollout.sampled_turn_prob,
+                               valid_clicks=self.rollout.valid_clicks)
         start = time.perf_counter()
         with self._rollout_context():
             trajectories = engine.rollout(self.env.envs(len(goal_list)), goal_list,
@@ -406,7 +409,7 @@ class WebShopRLDataModule(WebShopDataModule):
         """Greedy trajectories of the current policy on ``goals``: ``{"trajectories": [...]}``."""
         model, tokenizer = self._policy()
         engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens, greedy=True,
-                               prefill=self.rollout.prefill)
+                               prefill=self.rollout.prefill, valid_clicks=self.rollout.valid_clicks)
         with self._rollout_context():
             return {"trajectories": engine.rollout(self.env.envs(len(goals)), goals, seed=0)}
 

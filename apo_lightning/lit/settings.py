@@ -83,6 +83,8 @@ class RolloutSettings:
             and decoded greedily otherwise, so a trajectory departs from the greedy one that evaluation plays at a
             few turns (1.0 = every turn sampled).
         max_new_tokens: reply token limit per turn (training, validation and test rollouts alike).
+        valid_clicks: constrain every click argument to the page's clickables (``rollout.constrained``) in all of
+            the run's rollouts: stage 1, training, validation and test (off: the policy writes what it writes).
         prefill: how the engine encodes a turn's new tokens: "batched" (one left-padded batch) or "per_row" (each
             episode on its own: no compute on padding; the same samples).
     """
@@ -91,6 +93,7 @@ class RolloutSettings:
     top_p: float = 1.0
     sampled_turn_prob: float = 1.0
     max_new_tokens: int = 64
+    valid_clicks: bool = False
     prefill: Literal["batched", "per_row"] = "batched"
 
 

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from ..utils.seeds import derive_seed
 from ..webshop import WebShop, WebShopEnv
 from .chat import ChatFormat, ParsedReply, parse_reply
+from .constrained import ClickConstraint
 from .kv_cache import Past, extract_past, new_cache, stack_pasts
 from .segments import ChatHistory, PromptSegmenter
 from .trajectory import Trajectory, Turn
@@ -61,6 +62,8 @@ class RolloutEngine:
             (full history); off = re-encode the whole context every turn.
         prefill: how a turn's new tokens are encoded: "batched" (one left-padded batch) or "per_row" (each episode
             on its own, no compute on padding; then decoded together).
+        valid_clicks: constrain each reply's click argument to the current page's clickables (``constrained``),
+            greedy and sampled alike; the recorded log-probabilities stay the unconstrained policy's.
 
     Raises:
         ValueError: ``temperature`` ≤ 0, ``top_p`` or ``sampled_turn_prob`` outside (0, 1], or a context budget
@@ -69,7 +72,8 @@ class RolloutEngine:
 
     def __init__(self, model, tokenizer, chat: ChatFormat | None = None, max_new_tokens: int = 64,
                  temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, reuse_cache: bool = True,
-                 prefill: Literal["batched", "per_row"] = "batched", sampled_turn_prob: float = 1.0):
+                 prefill: Literal["batched", "per_row"] = "batched", sampled_turn_prob: float = 1.0,
+                 valid_clicks: bool = False):
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
         if not 0 < top_p <= 1:
@@ -91,6 +95,8 @@ class RolloutEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_ids = self._eos_ids()
         self.segmenter = PromptSegmenter(tokenizer, self.chat, max_new_tokens, self.eos_ids)
+        self.click_constraint = (ClickConstraint(tokenizer, model.get_output_embeddings().weight.shape[0])
+                                 if valid_clicks else None)
         self.stats: dict[str, float] = {}
 
     def _eos_ids(self) -> set[int]:
@@ -132,6 +138,8 @@ class RolloutEngine:
         was_training = self.model.training
         self.model.eval()
         generator = torch.Generator(device="cpu").manual_seed(seed)
+        if self.click_constraint is not None:
+            self.click_constraint.clear()
         start, gen_tokens, forward_s = time.perf_counter(), 0, 0.0
         episodes = []
         for env, goal_index in zip(envs, goal_indices):
@@ -152,7 +160,9 @@ class RolloutEngine:
                 sampled = None
                 if self.sampled_turn_prob < 1.0 and not self.greedy:
                     sampled = (torch.rand(len(live), generator=generator) < self.sampled_turn_prob).tolist()
-                replies = self.generate(prompts, generator, [ep.past for ep in live], sampled)
+                clickables = ([ep.env.available_actions()["clickables"] for ep in live]
+                              if self.click_constraint is not None else None)
+                replies = self.generate(prompts, generator, [ep.past for ep in live], sampled, clickables)
             else:
                 shown = [demonstrators[i](ep.env) for i, ep in enumerate(episodes) if not ep.done]
                 texts = [x if isinstance(x, str) else x[0] for x in shown]
@@ -209,7 +219,8 @@ class RolloutEngine:
     # ------------------------------------------------------------------------------------------------ decoding
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], generator: torch.Generator, pasts: list[Past | None] | None = None,
-                 sampled: list[bool] | None = None) -> list[tuple[list[int], list[float], str, Past | None]]:
+                 sampled: list[bool] | None = None, clickables: list[list[str]] | None = None
+                 ) -> list[tuple[list[int], list[float], str, Past | None]]:
         """Sample one reply per prompt with a KV cache; finished replies leave the batch.
 
         Args:
@@ -218,6 +229,8 @@ class RolloutEngine:
             pasts: per prompt, the keys/values of its first ``past.length`` tokens from the previous turn (a
                 multi-turn chat only feeds its new tokens), or None to encode the whole prompt.
             sampled: per prompt, whether to sample its reply (False: argmax); None = as ``greedy`` says for all.
+            clickables: per prompt, its page's clickables, to which ``valid_clicks`` constrains a click argument
+                (None: unconstrained).
 
         Returns:
             Per prompt ``(token ids, log π of each sampled token (untempered), stop reason, past)``; stop reason is
@@ -242,6 +255,8 @@ class RolloutEngine:
         new_pasts: list[Past | None] = [None] * batch
         for _ in range(self.max_new_tokens):
             logp_all = torch.log_softmax(logits.float(), dim=-1)  # (b, V) the policy itself
+            if clickables is not None and self.click_constraint is not None:
+                logits = self._constrain_clicks(logits, [tokens[row] for row in rows], [clickables[r] for r in rows])
             chosen = self._sample(logits, generator, greedy_rows)  # (b,)
             chosen_logp = logp_all.gather(1, chosen[:, None]).squeeze(1)
             keep = []
@@ -327,6 +342,17 @@ class RolloutEngine:
             attention[i, width - n:] = 1
         next_position = torch.tensor(lengths, dtype=torch.long, device=device)[:, None]
         return cache, attention, torch.stack(row_logits), next_position
+
+    def _constrain_clicks(self, logits: torch.Tensor, replies: list[list[int]],
+                          clickables: list[list[str]]) -> torch.Tensor:
+        """``logits`` (b, V) with −inf on the tokens that would take a row's open click argument off its page."""
+        constrained = None
+        for j, (ids, page) in enumerate(zip(replies, clickables)):
+            allowed = self.click_constraint.allowed(self.tokenizer.decode(ids, skip_special_tokens=True), page)
+            if allowed is not None:
+                constrained = logits.clone() if constrained is None else constrained
+                constrained[j] = constrained[j].masked_fill(~allowed.to(logits.device), float("-inf"))
+        return logits if constrained is None else constrained
 
     def _ends_with_stop(self, ids: list[int]) -> bool:
         tail = self.tokenizer.decode(ids[-8:], skip_special_tokens=False)
