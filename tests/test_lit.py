@@ -368,7 +368,8 @@ def test_v_star_cache_key_covers_what_v_star_depends_on():
                     key(env=EnvConfig(data_dir=None, max_steps=4)), key(chat=ChatFormat(format_penalty=-0.2)),
                     key(chat=ChatFormat(history_turns=1)), key(vstar=VStarConfig(num_samples=2, temperature=0.7)),
                     key(vstar=VStarConfig(num_samples=2, top_p=0.9)),
-                    key(chat=ChatFormat(reward="success"))):
+                    key(chat=ChatFormat(reward="success")),
+                    key(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True))):
         assert changed != base
     assert key(vstar=VStarConfig(num_samples=2, cache_dir="elsewhere")) == base  # where it is stored is not a part
     # the cache keeps the N rewards and V* is recomputed from them for any beta1, so beta1 never re-samples
@@ -395,6 +396,27 @@ def test_stage_1_samples_the_reference_with_its_own_temperature_and_top_p(monkey
         data.sample_rewards(None, None, data.pool(), "stage1")
     kwargs = built.value.args[0]
     assert (kwargs["temperature"], kwargs["top_p"], kwargs["max_new_tokens"]) == (0.7, 0.9, 8)
+
+
+@pytest.mark.parametrize("valid_clicks", [False, True])
+def test_valid_clicks_reach_the_stage_1_and_the_evaluation_engines(monkeypatch, valid_clicks):
+    from apo_lightning.lit import rl_data
+    from apo_lightning.lit.settings import EnvConfig, RolloutSettings
+
+    class Built(Exception):
+        pass
+
+    def engine(*args, **kwargs):
+        raise Built(kwargs)
+
+    monkeypatch.setattr(rl_data, "RolloutEngine", engine)
+    data = WebShopRLDataModule(env=EnvConfig(data_dir=None, max_steps=3), train_goals=4,
+                               rollout=RolloutSettings(max_new_tokens=8, valid_clicks=valid_clicks))
+    data._policy = lambda: (None, None)
+    for build in (lambda: data.sample_rewards(None, None, data.pool(), "stage1"), lambda: data.eval_batch([0])):
+        with pytest.raises(Built) as built:
+            build()
+        assert built.value.args[0]["valid_clicks"] is valid_clicks
 
 
 def test_train_goal_indices_fix_the_training_goals_and_refuse_goals_outside_the_train_split():
