@@ -46,11 +46,11 @@ class ClickConstraint:
 
     Args:
         tokenizer: the policy's tokenizer; each token's text is its ``decode([id])``.
-        vocab_size: width of the model's logits (≥ the tokenizer's vocabulary; the extra rows are never allowed).
+        vocab_size: width of the model's logits; rows beyond the tokenizer's vocabulary are never allowed.
     """
 
     def __init__(self, tokenizer, vocab_size: int):
-        self.token_text = [tokenizer.decode([i]).lower() for i in range(len(tokenizer))]
+        self.token_text = [tokenizer.decode([i]).lower() for i in range(min(len(tokenizer), vocab_size))]
         self.vocab_size = vocab_size
         self._closing = [i for i, text in enumerate(self.token_text) if "]" in text]
         self._masks: dict[tuple[str, tuple[str, ...]], torch.Tensor | None] = {}
