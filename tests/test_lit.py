@@ -377,18 +377,25 @@ def test_v_star_cache_key_covers_what_v_star_depends_on():
     assert key(rollout=RolloutSettings(max_new_tokens=8, temperature=0.5)) == base  # stage 2 sampling: not a part
 
 
-def test_stage_1_samples_the_reference_with_its_own_temperature_and_top_p(monkeypatch):
-    from apo_lightning.lit import rl_data
-    from apo_lightning.lit.rl_data import VStarConfig
-    from apo_lightning.lit.settings import EnvConfig, RolloutSettings
+class Built(Exception):
+    """Raised, with its keyword arguments, where the data module builds a rollout engine (``built_engine``)."""
 
-    class Built(Exception):
-        pass
+
+@pytest.fixture
+def built_engine(monkeypatch):
+    """The data module's ``RolloutEngine`` replaced by one that raises :class:`Built` with the arguments it got."""
+    from apo_lightning.lit import rl_data
 
     def engine(*args, **kwargs):
         raise Built(kwargs)
 
     monkeypatch.setattr(rl_data, "RolloutEngine", engine)
+
+
+def test_stage_1_samples_the_reference_with_its_own_temperature_and_top_p(built_engine):
+    from apo_lightning.lit.rl_data import VStarConfig
+    from apo_lightning.lit.settings import EnvConfig, RolloutSettings
+
     data = WebShopRLDataModule(env=EnvConfig(data_dir=None, max_steps=3), train_goals=4,
                                vstar=VStarConfig(num_samples=2, temperature=0.7, top_p=0.9),
                                rollout=RolloutSettings(max_new_tokens=8, temperature=1.0, top_p=0.5))
@@ -399,17 +406,9 @@ def test_stage_1_samples_the_reference_with_its_own_temperature_and_top_p(monkey
 
 
 @pytest.mark.parametrize("valid_clicks", [False, True])
-def test_valid_clicks_reach_the_stage_1_and_the_evaluation_engines(monkeypatch, valid_clicks):
-    from apo_lightning.lit import rl_data
+def test_valid_clicks_reach_the_stage_1_and_the_evaluation_engines(built_engine, valid_clicks):
     from apo_lightning.lit.settings import EnvConfig, RolloutSettings
 
-    class Built(Exception):
-        pass
-
-    def engine(*args, **kwargs):
-        raise Built(kwargs)
-
-    monkeypatch.setattr(rl_data, "RolloutEngine", engine)
     data = WebShopRLDataModule(env=EnvConfig(data_dir=None, max_steps=3), train_goals=4,
                                rollout=RolloutSettings(max_new_tokens=8, valid_clicks=valid_clicks))
     data._policy = lambda: (None, None)

@@ -20,7 +20,8 @@ DEFAULT_TASK_PROMPT = (
     "instruction, then click buy now. Reply with <think>your reasoning</think><answer>one action</answer>, "
     "where the action is search[query] or click[item] with an item shown in brackets."
 )
-_ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
+#: Where a reply's answer opens (``parse_reply``; ``constrained`` finds the click being typed after it).
+ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 _ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
 _THINK = re.compile(r"<think>(.*?)(?:</think>|<answer>|$)", re.IGNORECASE | re.DOTALL)
 _RICH_BUTTON = re.compile(r"^\[(clicked )?button\] (.*) \[(?:clicked )?button_\]$")
@@ -62,7 +63,7 @@ def parse_reply(reply: str) -> ParsedReply:
     if not reply.strip():
         return ParsedReply("", None, EMPTY_REPLY)
     think = _THINK.search(reply)
-    opening = _ANSWER_OPEN.search(reply)
+    opening = ANSWER_OPEN.search(reply)
     if think:
         thought = think.group(1)
     else:

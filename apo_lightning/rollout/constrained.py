@@ -20,7 +20,8 @@ from typing import Sequence
 
 import torch
 
-_ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
+from .chat import ANSWER_OPEN
+
 _ACTION_NAME = re.compile(r"\b(search|click)\b", re.IGNORECASE)
 
 
@@ -29,7 +30,7 @@ def open_click(reply: str) -> str | None:
     inside the argument; None when the reply is not inside its answer's first action, or that action is a search,
     or its argument is closed. (Tokens such as ``[B`` or ``[buy`` join the bracket to the argument, so the
     constraint starts at the bracket.)"""
-    answer = _ANSWER_OPEN.search(reply)
+    answer = ANSWER_OPEN.search(reply)
     if answer is None:
         return None
     action = _ACTION_NAME.search(reply, answer.end())
