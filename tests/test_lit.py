@@ -369,12 +369,16 @@ def test_v_star_cache_key_covers_what_v_star_depends_on():
                     key(chat=ChatFormat(history_turns=1)), key(vstar=VStarConfig(num_samples=2, temperature=0.7)),
                     key(vstar=VStarConfig(num_samples=2, top_p=0.9)),
                     key(chat=ChatFormat(reward="success")),
-                    key(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True))):
+                    key(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True)),
+                    key(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True, click_choice="sequence"))):
         assert changed != base
     assert key(vstar=VStarConfig(num_samples=2, cache_dir="elsewhere")) == base  # where it is stored is not a part
     # the cache keeps the N rewards and V* is recomputed from them for any beta1, so beta1 never re-samples
     assert key(vstar=VStarConfig(num_samples=2, beta1=0.1)) == base
     assert key(rollout=RolloutSettings(max_new_tokens=8, temperature=0.5)) == base  # stage 2 sampling: not a part
+    assert (key(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True, click_choice="sequence"))
+            != key(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True)))
+    assert key(rollout=RolloutSettings(max_new_tokens=8, click_choice="sequence")) == base  # no valid clicks: moot
 
 
 class Built(Exception):
@@ -405,17 +409,19 @@ def test_stage_1_samples_the_reference_with_its_own_temperature_and_top_p(built_
     assert (kwargs["temperature"], kwargs["top_p"], kwargs["max_new_tokens"]) == (0.7, 0.9, 8)
 
 
-@pytest.mark.parametrize("valid_clicks", [False, True])
-def test_valid_clicks_reach_the_stage_1_and_the_evaluation_engines(built_engine, valid_clicks):
+@pytest.mark.parametrize("valid_clicks, click_choice", [(False, "token"), (True, "token"), (True, "sequence")])
+def test_valid_clicks_reach_the_stage_1_and_the_evaluation_engines(built_engine, valid_clicks, click_choice):
     from apo_lightning.lit.settings import EnvConfig, RolloutSettings
 
     data = WebShopRLDataModule(env=EnvConfig(data_dir=None, max_steps=3), train_goals=4,
-                               rollout=RolloutSettings(max_new_tokens=8, valid_clicks=valid_clicks))
+                               rollout=RolloutSettings(max_new_tokens=8, valid_clicks=valid_clicks,
+                                                       click_choice=click_choice))
     data._policy = lambda: (None, None)
     for build in (lambda: data.sample_rewards(None, None, data.pool(), "stage1"), lambda: data.eval_batch([0])):
         with pytest.raises(Built) as built:
             build()
         assert built.value.args[0]["valid_clicks"] is valid_clicks
+        assert built.value.args[0]["click_choice"] == click_choice
 
 
 def test_train_goal_indices_fix_the_training_goals_and_refuse_goals_outside_the_train_split():

@@ -50,7 +50,7 @@ def evaluate_command(args: argparse.Namespace) -> dict:
         job = PolicyRollouts(args.model, str(data_dir) if data_dir else None, args.goals, args.catalog_seed, chat,
                              args.max_new_tokens, args.batch_size, args.max_steps, args.seed, "evaluate",
                              gguf_file=args.gguf_file, dtype=args.dtype, device=args.device, threads=args.threads,
-                             valid_clicks=args.valid_clicks)
+                             valid_clicks=args.valid_clicks, click_choice=args.click_choice)
         trajectories = run_rollouts(job, goals, args.processes)
         metrics = greedy_summary(trajectories)
         if args.samples:
@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> dict:
                     help="--samples: sample each turn with this probability, decode it greedily otherwise")
     ev.add_argument("--valid-clicks", action="store_true",
                     help="constrain click arguments to the items on the page (greedy and sampled episodes)")
+    ev.add_argument("--click-choice", choices=("token", "sequence"), default="token",
+                    help="--valid-clicks: follow the policy token by token, or choose the whole clickable by its "
+                         "log-probability")
     ev.add_argument("--history-turns", type=int, default=None, help="last k turns only (default: full)")
     ev.add_argument("--context-budget", type=int, default=4096)
     ev.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")

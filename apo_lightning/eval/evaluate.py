@@ -10,7 +10,7 @@ import multiprocessing
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
 from tqdm import tqdm
@@ -74,7 +74,8 @@ class PolicyRollouts:
 
     ``greedy`` decodes greedily; otherwise each goal is repeated ``samples`` times and sampled at ``temperature``
     and ``top_p``, each turn with probability ``sampled_turn_prob`` (greedily otherwise). ``valid_clicks`` constrains
-    click arguments to the page's clickables (``rollout.constrained``), greedy and sampled. Chunk seeds derive from
+    click arguments to the page's clickables (``rollout.constrained``), greedy and sampled, choosing the clickable
+    as ``click_choice`` says (``RolloutEngine``). Chunk seeds derive from
     ``seed`` and ``purpose``.
     """
 
@@ -94,6 +95,7 @@ class PolicyRollouts:
     top_p: float = 1.0
     sampled_turn_prob: float = 1.0
     valid_clicks: bool = False
+    click_choice: Literal["token", "sequence"] = "token"
     gguf_file: str | None = None
     dtype: str = "float32"
     device: str = "cpu"
@@ -109,7 +111,7 @@ def _rollout_part(job: PolicyRollouts, goals: list[int], offset: int, progress: 
     model, tokenizer = load_policy(job.model, gguf_file=job.gguf_file, dtype=job.dtype, device=job.device)
     engine = RolloutEngine(model, tokenizer, job.chat, max_new_tokens=job.max_new_tokens, greedy=job.greedy,
                            temperature=job.temperature, top_p=job.top_p, sampled_turn_prob=job.sampled_turn_prob,
-                           valid_clicks=job.valid_clicks)
+                           valid_clicks=job.valid_clicks, click_choice=job.click_choice)
     return rollout_goals(engine, shop, goals, job.batch_size, derive_seed(job.seed, job.purpose),
                          max_steps=job.max_steps, progress=progress, seed_offset=offset,
                          description="greedy episodes" if job.greedy else "sampled episodes")

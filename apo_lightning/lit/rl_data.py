@@ -204,6 +204,8 @@ class WebShopRLDataModule(WebShopDataModule):
             **({"top_p": self.vstar.top_p} if self.vstar.top_p != 1.0 else {}),  # keeps the older tables' keys
             "max_new_tokens": self.rollout.max_new_tokens,
             **({"valid_clicks": True} if self.rollout.valid_clicks else {}),  # keeps the older tables' keys
+            **({"click_choice": self.rollout.click_choice}
+               if self.rollout.valid_clicks and self.rollout.click_choice != "token" else {}),
             "seed": self.seed,
             "version": 2,
         }
@@ -218,7 +220,8 @@ class WebShopRLDataModule(WebShopDataModule):
         share = goals[self.rank::self.world_size]
         engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens,
                                temperature=self.vstar.temperature, top_p=self.vstar.top_p,
-                               valid_clicks=self.rollout.valid_clicks)
+                               valid_clicks=self.rollout.valid_clicks,
+                               click_choice=self.rollout.click_choice)
         repeated = [g for g in share for _ in range(self.vstar.num_samples)]
         trajectories = rollout_goals(engine, self.shop, repeated, self.vstar.batch_size,
                                      seed=derive_seed(self.seed, purpose, self.rank),
@@ -377,7 +380,8 @@ class WebShopRLDataModule(WebShopDataModule):
         engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens,
                                temperature=self.rollout.temperature, top_p=self.rollout.top_p,
                                prefill=self.rollout.prefill, sampled_turn_prob=self.rollout.sampled_turn_prob,
-                               valid_clicks=self.rollout.valid_clicks)
+                               valid_clicks=self.rollout.valid_clicks,
+                               click_choice=self.rollout.click_choice)
         start = time.perf_counter()
         with self._rollout_context():
             trajectories = engine.rollout(self.env.envs(len(goal_list)), goal_list,
@@ -409,7 +413,8 @@ class WebShopRLDataModule(WebShopDataModule):
         """Greedy trajectories of the current policy on ``goals``: ``{"trajectories": [...]}``."""
         model, tokenizer = self._policy()
         engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.rollout.max_new_tokens, greedy=True,
-                               prefill=self.rollout.prefill, valid_clicks=self.rollout.valid_clicks)
+                               prefill=self.rollout.prefill, valid_clicks=self.rollout.valid_clicks,
+                               click_choice=self.rollout.click_choice)
         with self._rollout_context():
             return {"trajectories": engine.rollout(self.env.envs(len(goals)), goals, seed=0)}
 

@@ -85,6 +85,8 @@ class RolloutSettings:
         max_new_tokens: reply token limit per turn (training, validation and test rollouts alike).
         valid_clicks: constrain every click argument to the page's clickables (``rollout.constrained``) in all of
             the run's rollouts: stage 1, training, validation and test (off: the policy writes what it writes).
+        click_choice: with ``valid_clicks``, "token" (the mask follows the policy token by token) or "sequence"
+            (the whole clickable is chosen by the policy's probability of its text; ``RolloutEngine``).
         prefill: how the engine encodes a turn's new tokens: "batched" (one left-padded batch) or "per_row" (each
             episode on its own: no compute on padding; the same samples).
     """
@@ -94,6 +96,7 @@ class RolloutSettings:
     sampled_turn_prob: float = 1.0
     max_new_tokens: int = 64
     valid_clicks: bool = False
+    click_choice: Literal["token", "sequence"] = "token"
     prefill: Literal["batched", "per_row"] = "batched"
 
 

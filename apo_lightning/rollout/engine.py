@@ -64,16 +64,23 @@ class RolloutEngine:
             on its own, no compute on padding; then decoded together).
         valid_clicks: constrain each reply's click argument to the current page's clickables (``constrained``),
             greedy and sampled alike; the recorded log-probabilities stay the unconstrained policy's.
+        click_choice: with ``valid_clicks``, how the clickable is chosen: "token" (the mask follows the policy
+            token by token) or "sequence" (when a reply opens a click, every clickable it can still become is
+            scored by the policy's log-probability of its whole remaining text, one batched forward pass from the
+            reply's cache; greedy takes the best, sampling draws one from softmax(score / T) within top-p; the
+            reply is then decoded towards that clickable only). The maximum-probability valid click suits a
+            policy that reads the page; the tiny references recall ASINs instead, so every page ASIN scores low and
+            a short link wins: the quick start's π_ref falls from 25.0 % (token) to 0.0 % (docs/experiments.md).
 
     Raises:
-        ValueError: ``temperature`` ≤ 0, ``top_p`` or ``sampled_turn_prob`` outside (0, 1], or a context budget
-            with no room for a prompt.
+        ValueError: ``temperature`` ≤ 0, ``top_p`` or ``sampled_turn_prob`` outside (0, 1], an unknown
+            ``prefill`` or ``click_choice``, or a context budget with no room for a prompt.
     """
 
     def __init__(self, model, tokenizer, chat: ChatFormat | None = None, max_new_tokens: int = 64,
                  temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, reuse_cache: bool = True,
                  prefill: Literal["batched", "per_row"] = "batched", sampled_turn_prob: float = 1.0,
-                 valid_clicks: bool = False):
+                 valid_clicks: bool = False, click_choice: Literal["token", "sequence"] = "token"):
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
         if not 0 < top_p <= 1:
@@ -95,6 +102,9 @@ class RolloutEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_ids = self._eos_ids()
         self.segmenter = PromptSegmenter(tokenizer, self.chat, max_new_tokens, self.eos_ids)
+        if click_choice not in ("token", "sequence"):
+            raise ValueError(f"click_choice must be 'token' or 'sequence', got {click_choice!r}")
+        self.click_choice = click_choice
         self.click_constraint = (ClickConstraint(tokenizer, model.get_output_embeddings().weight.shape[0])
                                  if valid_clicks else None)
         self.stats: dict[str, float] = {}
@@ -253,10 +263,15 @@ class RolloutEngine:
         logps: list[list[float]] = [[] for _ in range(batch)]
         stops = ["length"] * batch
         new_pasts: list[Past | None] = [None] * batch
+        chosen_clicks: dict[int, list[str]] = {}  # click_choice "sequence": row -> the clickable it was given
         for _ in range(self.max_new_tokens):
             logp_all = torch.log_softmax(logits.float(), dim=-1)  # (b, V) the policy itself
             if clickables is not None and self.click_constraint is not None:
-                logits = self._constrain_clicks(logits, [tokens[row] for row in rows], [clickables[r] for r in rows])
+                pages = [clickables[r] for r in rows]
+                if self.click_choice == "sequence":
+                    pages = self._choose_clicks(cache, attention, next_position, logp_all, rows, tokens, pages,
+                                                chosen_clicks, generator, greedy_rows)
+                logits = self._constrain_clicks(logits, [tokens[row] for row in rows], pages)
             chosen = self._sample(logits, generator, greedy_rows)  # (b,)
             chosen_logp = logp_all.gather(1, chosen[:, None]).squeeze(1)
             keep = []
@@ -342,6 +357,61 @@ class RolloutEngine:
             attention[i, width - n:] = 1
         next_position = torch.tensor(lengths, dtype=torch.long, device=device)[:, None]
         return cache, attention, torch.stack(row_logits), next_position
+
+    def _choose_clicks(self, cache, attention: torch.Tensor, next_position: torch.Tensor, logp: torch.Tensor,
+                       rows: list[int], tokens: list[list[int]], pages: list[list[str]],
+                       chosen: dict[int, list[str]], generator: torch.Generator,
+                       greedy_rows: torch.Tensor | None) -> list[list[str]]:
+        """``click_choice="sequence"``: per live row, the clickables its mask may lead to — the one chosen for it
+        (chosen when its reply first opens a click, remembered in ``chosen``), or the whole page.
+
+        ``logp`` (b, V) is the untempered next-token distribution of each row; ``cache``/``attention`` (b, W)/
+        ``next_position`` (b, 1) hold the rows' contexts up to their last token."""
+        narrowed = []
+        for j, row in enumerate(rows):
+            if row not in chosen:
+                options = self.click_constraint.continuations(
+                    self.tokenizer.decode(tokens[row], skip_special_tokens=True), pages[j])
+                if options is not None:  # the click opens now: choose once
+                    chosen[row] = pages[j]
+                    if options:
+                        scores = self._continuation_logp(cache, j, attention[j], next_position[j], logp[j],
+                                                         [rest for _, rest in options])  # (K,)
+                        greedy = self.greedy or (greedy_rows is not None and bool(greedy_rows[j]))
+                        pick = (int(scores.argmax()) if greedy else
+                                int(self._sample(scores[None], generator, None)[0]))
+                        chosen[row] = [options[pick][0]]
+            narrowed.append(chosen.get(row, pages[j]))
+        return narrowed
+
+    def _continuation_logp(self, cache, row: int, attention_row: torch.Tensor, position: torch.Tensor,
+                           first_logp: torch.Tensor, texts: list[str]) -> torch.Tensor:
+        """log π of each text (its tokenizer encoding) as the continuation of batch row ``row``: ``(K,) float32``.
+        ``first_logp`` (V,) scores each text's first token; the rest come from one forward pass of the K texts on
+        K copies of the row's cache (right-padded: causal attention keeps the padding out of every real token)."""
+        ids = [self.tokenizer.encode(text, add_special_tokens=False) or [self.pad_id] for text in texts]
+        scores = first_logp[torch.tensor([t[0] for t in ids], device=first_logp.device)].clone()  # (K,)
+        longest = max(len(t) for t in ids)
+        if longest == 1:
+            return scores
+        device = first_logp.device
+        past = extract_past(cache, row, attention_row)
+        copies = new_cache(self.model)
+        for layer, (keys, values) in zip(copies.layers, stack_pasts([past] * len(ids), past.length, device)):
+            layer.update(keys, values)
+        inputs = torch.full((len(ids), longest - 1), self.pad_id, dtype=torch.long, device=device)
+        attention = torch.ones((len(ids), past.length + longest - 1), dtype=torch.long, device=device)
+        for k, t in enumerate(ids):
+            inputs[k, :len(t) - 1] = torch.tensor(t[:-1], dtype=torch.long)
+        positions = (position + torch.arange(longest - 1, device=device))[None].expand(len(ids), -1)
+        out = self.model(input_ids=inputs, attention_mask=attention, position_ids=positions, past_key_values=copies,
+                         use_cache=True)
+        logp = torch.log_softmax(out.logits.float(), dim=-1)  # (K, L-1, V)
+        for k, t in enumerate(ids):
+            if len(t) > 1:
+                rest = torch.tensor(t[1:], device=device)
+                scores[k] += logp[k, torch.arange(len(t) - 1, device=device), rest].sum()
+        return scores
 
     def _constrain_clicks(self, logits: torch.Tensor, replies: list[list[int]],
                           clickables: list[list[str]]) -> torch.Tensor:
