@@ -90,10 +90,11 @@ CONFIGS = sorted(str(p) for p in (REPO / "configs").rglob("*.yaml"))
 OBJECTIVE_OVERLAYS = sorted((REPO / "configs" / "objective").glob("*.yaml"))
 
 
-#: the configs each SFT overlay goes on top of (its header's command)
+#: the configs each overlay (beyond the objectives and webshop_1k_cpu) goes on top of (its header's command)
 SFT_BASES = {"sft_quickstart_dart.yaml": ["sft_quickstart.yaml"],
              "sft_quickstart_swap.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"],
-             "sft_quickstart_reader.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"]}
+             "sft_quickstart_reader.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"],
+             "webshop_1k_2h.yaml": ["webshop_1k.yaml", "webshop_1k_cpu.yaml"]}
 
 
 def base_of(config: Path) -> list[str]:
@@ -118,11 +119,24 @@ def test_every_config_parses_and_instantiates(config):
     assert class_path.startswith("apo_lightning.")
 
 
+def test_the_two_hour_overlay_is_the_measured_run():
+    """configs/webshop_1k_2h.yaml composes to the overrides of the run it records (docs/experiments.md, "Twelfth
+    session"): a changed setting there would no longer reproduce the result in its header."""
+    composed = parse(*base_of(REPO / "configs" / "webshop_1k_2h.yaml"),
+                     extra=["--trainer.devices=1", "--trainer.strategy=auto"])
+    data, model, trainer = composed.datamodule, composed.model, composed.trainer
+    assert (data.rollout.valid_clicks, data.rollout.click_choice, data.chat.reward) == (True, "token", "success")
+    assert (data.vstar.beta1, data.vstar.reuse, data.vstar.num_samples, data.vstar.temperature) == (100.0, 8, 4, 0.5)
+    assert (data.train_goals, data.steps_per_epoch, data.val_goals, data.rollout.temperature) == (1024, 25, 200, 0.5)
+    assert model.hparams.learning_rate == 1e-4 and model.hparams.model_name_or_path == "models/webshop-1k-ref"
+    assert trainer.max_steps == 1000
+
+
 def test_overlays_keep_the_base_callbacks_and_name_their_outputs():
     base = parse(str(REPO / "configs" / "webshop_1k.yaml"))
     base_callbacks = [type(c).__name__ for c in base.trainer.callbacks]
     assert {"ModelCheckpoint", "LearningRateMonitor", "ExportPolicy"} <= set(base_callbacks)
-    overlays = [REPO / "configs" / "webshop_1k_cpu.yaml", *OBJECTIVE_OVERLAYS]
+    overlays = [REPO / "configs" / "webshop_1k_cpu.yaml", REPO / "configs" / "webshop_1k_2h.yaml", *OBJECTIVE_OVERLAYS]
     for overlay in overlays:
         run_name = yaml.safe_load(overlay.read_text())["run_name"]
         composed = parse(*base_of(overlay), extra=["--trainer.devices=1", "--trainer.strategy=auto"])
