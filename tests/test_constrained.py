@@ -19,7 +19,7 @@ import torch
 from apo_lightning.apo.logprobs import token_logprobs
 from apo_lightning.models.loading import load_policy
 from apo_lightning.rollout.collate import collate_trajectories
-from apo_lightning.rollout.constrained import ClickConstraint, open_click
+from apo_lightning.rollout.constrained import ClickConstraint, click_continuations, open_click
 from apo_lightning.rollout.engine import RolloutEngine
 from apo_lightning.webshop import WebShop, WebShopEnv
 
@@ -66,14 +66,13 @@ def test_the_mask_allows_exactly_the_tokens_that_stay_on_the_page(policy):
 
 
 def test_continuations_list_the_clickables_a_click_can_still_become():
-    constraint = ClickConstraint.__new__(ClickConstraint)  # continuations reads no tokenizer
     page = ["search", "Back to Search", "next >", "B0NXDJPZDM", "b0nxdjpzdm", "B0SR7R6JSG"]
-    assert constraint.continuations("<answer>click", page) == [
+    assert click_continuations("<answer>click", page) == [
         ("Back to Search", "[Back to Search]"), ("next >", "[next >]"), ("B0NXDJPZDM", "[B0NXDJPZDM]"),
         ("B0SR7R6JSG", "[B0SR7R6JSG]")]
-    assert constraint.continuations("<answer>click [b0n", page) == [("B0NXDJPZDM", "XDJPZDM]")]
-    assert constraint.continuations("<answer>click[zzz", page) == []
-    assert constraint.continuations("<answer>search[", page) is None
+    assert click_continuations("<answer>click [b0n", page) == [("B0NXDJPZDM", "XDJPZDM]")]
+    assert click_continuations("<answer>click[zzz", page) == []
+    assert click_continuations("<answer>search[", page) is None
 
 
 def play(policy, shop, goals, valid_clicks, click_choice="token"):
@@ -113,7 +112,6 @@ def test_sequence_choice_clicks_the_clickable_the_policy_rates_highest(policy, s
     """With ``click_choice="sequence"`` each click goes to the page's clickable whose whole remaining text has the
     highest log π after the reply's prefix, recomputed here with plain forward passes of every candidate."""
     model, tokenizer = policy
-    constraint = ClickConstraint(tokenizer, len(tokenizer))
     engine, trajectories = play(policy, shop, REFUSED_FIRST_CLICK, valid_clicks=True, click_choice="sequence")
     checked = not_first = 0
     for goal, trajectory in zip(REFUSED_FIRST_CLICK, trajectories):
@@ -129,7 +127,7 @@ def test_sequence_choice_clicks_the_clickable_the_policy_rates_highest(policy, s
                 reply.append(segment.token_ids[start + len(reply)])
             page = env.available_actions()["clickables"]
             for n in range(len(reply) + 1):  # the first prefix of the reply inside a click argument
-                options = constraint.continuations(tokenizer.decode(reply[:n], skip_special_tokens=True), page)
+                options = click_continuations(tokenizer.decode(reply[:n], skip_special_tokens=True), page)
                 if options is not None:
                     break
             if options:

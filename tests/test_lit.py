@@ -91,16 +91,17 @@ OBJECTIVE_OVERLAYS = sorted((REPO / "configs" / "objective").glob("*.yaml"))
 
 
 #: the configs each overlay (beyond the objectives and webshop_1k_cpu) goes on top of (its header's command)
-SFT_BASES = {"sft_quickstart_dart.yaml": ["sft_quickstart.yaml"],
+OVERLAY_BASES = {"sft_quickstart_dart.yaml": ["sft_quickstart.yaml"],
              "sft_quickstart_swap.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"],
              "sft_quickstart_reader.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"],
              "webshop_1k_2h.yaml": ["webshop_1k.yaml", "webshop_1k_cpu.yaml"]}
 
 
 def base_of(config: Path) -> list[str]:
-    """The configs to compose: an RL overlay goes on top of the real-data base, an SFT overlay on its own bases."""
-    if config.name in SFT_BASES:
-        return [str(REPO / "configs" / name) for name in SFT_BASES[config.name]] + [str(config)]
+    """The configs to compose: an objective overlay and webshop_1k_cpu go on top of the real-data base, the other
+    overlays on the bases ``OVERLAY_BASES`` names."""
+    if config.name in OVERLAY_BASES:
+        return [str(REPO / "configs" / name) for name in OVERLAY_BASES[config.name]] + [str(config)]
     overlay = config.parent.name == "objective" or config.name == "webshop_1k_cpu.yaml"
     return [str(REPO / "configs" / "webshop_1k.yaml"), str(config)] if overlay else [str(config)]
 

@@ -15,7 +15,7 @@ the policy-gradient objectives it makes the rollouts off-policy. The same idea a
 Token by token, the mask follows the policy's first allowed token: a click the policy means off the page (a
 misspelled ASIN) goes wherever its first letters lead, on item pages often to a link (``description``, ``back to
 search``). The engine's ``click_choice="sequence"`` instead chooses the whole clickable first, by the policy's
-probability of its full ``[...]`` text (:meth:`ClickConstraint.continuations` lists what to score), and then
+probability of its full ``[...]`` text (:func:`click_continuations` lists what to score), and then
 decodes towards that one clickable only.
 """
 
@@ -46,6 +46,32 @@ def open_click(reply: str) -> str | None:
     if typed and (not typed.startswith("[") or "]" in typed or "[" in typed[1:] or "\n" in typed):
         return None
     return typed
+
+
+def click_continuations(reply: str, clickables: Sequence[str]) -> list[tuple[str, str]] | None:
+    """The clickables an open click argument can still become, each with the text that completes it.
+
+    Args:
+        reply: the reply decoded so far.
+        clickables: the current page's clickables, as the page writes them.
+
+    Returns:
+        ``[(clickable, rest), …]`` in page order, one per clickable (case-insensitively distinct, ``search``
+        left out) whose ``"[" + clickable + "]"`` extends what the reply has typed after ``click``; ``rest`` is
+        the part still to write (the page's spelling). None when the reply is not inside a click argument
+        (``open_click``); an empty list when nothing on the page matches what is typed.
+    """
+    typed = open_click(reply)
+    if typed is None:
+        return None
+    seen, found = set(), []
+    for clickable in clickables:
+        key = clickable.lower()
+        whole = "[" + clickable + "]"
+        if clickable and key != "search" and key not in seen and whole.lower().startswith(typed.lower()):
+            seen.add(key)
+            found.append((clickable, whole[len(typed):]))
+    return found
 
 
 class ClickConstraint:
@@ -87,31 +113,6 @@ class ClickConstraint:
         if key not in self._masks:
             self._masks[key] = self._mask(*key)
         return self._masks[key]
-
-    def continuations(self, reply: str, clickables: Sequence[str]) -> list[tuple[str, str]] | None:
-        """The clickables an open click argument can still become, each with the text that completes it.
-
-        Args:
-            reply: the reply decoded so far.
-            clickables: the current page's clickables, as the page writes them.
-
-        Returns:
-            ``[(clickable, rest), …]`` in page order, one per clickable (case-insensitively distinct, ``search``
-            left out) whose ``"[" + clickable + "]"`` extends what the reply has typed after ``click``; ``rest`` is
-            the part still to write (the page's spelling). None when the reply is not inside a click argument
-            (``open_click``); an empty list when nothing on the page matches what is typed.
-        """
-        typed = open_click(reply)
-        if typed is None:
-            return None
-        seen, found = set(), []
-        for clickable in clickables:
-            key = clickable.lower()
-            whole = "[" + clickable + "]"
-            if clickable and key != "search" and key not in seen and whole.lower().startswith(typed.lower()):
-                seen.add(key)
-                found.append((clickable, whole[len(typed):]))
-        return found
 
     def _mask(self, typed: str, targets: tuple[str, ...]) -> torch.Tensor | None:
         clicks = ["[" + t + "]" for t in targets]

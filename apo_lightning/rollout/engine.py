@@ -20,7 +20,7 @@ from tqdm import tqdm
 from ..utils.seeds import derive_seed
 from ..webshop import WebShop, WebShopEnv
 from .chat import ChatFormat, ParsedReply, parse_reply
-from .constrained import ClickConstraint
+from .constrained import ClickConstraint, click_continuations
 from .kv_cache import Past, extract_past, new_cache, stack_pasts
 from .segments import ChatHistory, PromptSegmenter
 from .trajectory import Trajectory, Turn
@@ -267,11 +267,12 @@ class RolloutEngine:
         for _ in range(self.max_new_tokens):
             logp_all = torch.log_softmax(logits.float(), dim=-1)  # (b, V) the policy itself
             if clickables is not None and self.click_constraint is not None:
+                texts = [self.tokenizer.decode(tokens[row], skip_special_tokens=True) for row in rows]
                 pages = [clickables[r] for r in rows]
                 if self.click_choice == "sequence":
-                    pages = self._choose_clicks(cache, attention, next_position, logp_all, rows, tokens, pages,
+                    pages = self._choose_clicks(cache, attention, next_position, logp_all, rows, texts, pages,
                                                 chosen_clicks, generator, greedy_rows)
-                logits = self._constrain_clicks(logits, [tokens[row] for row in rows], pages)
+                logits = self._constrain_clicks(logits, texts, pages)
             chosen = self._sample(logits, generator, greedy_rows)  # (b,)
             chosen_logp = logp_all.gather(1, chosen[:, None]).squeeze(1)
             keep = []
@@ -359,19 +360,19 @@ class RolloutEngine:
         return cache, attention, torch.stack(row_logits), next_position
 
     def _choose_clicks(self, cache, attention: torch.Tensor, next_position: torch.Tensor, logp: torch.Tensor,
-                       rows: list[int], tokens: list[list[int]], pages: list[list[str]],
+                       rows: list[int], texts: list[str], pages: list[list[str]],
                        chosen: dict[int, list[str]], generator: torch.Generator,
                        greedy_rows: torch.Tensor | None) -> list[list[str]]:
         """``click_choice="sequence"``: per live row, the clickables its mask may lead to — the one chosen for it
         (chosen when its reply first opens a click, remembered in ``chosen``), or the whole page.
 
-        ``logp`` (b, V) is the untempered next-token distribution of each row; ``cache``/``attention`` (b, W)/
-        ``next_position`` (b, 1) hold the rows' contexts up to their last token."""
+        ``texts`` are the live rows' replies so far; ``logp`` (b, V) is the untempered next-token distribution of
+        each row; ``cache``/``attention`` (b, W)/``next_position`` (b, 1) hold the rows' contexts up to their last
+        token."""
         narrowed = []
         for j, row in enumerate(rows):
             if row not in chosen:
-                options = self.click_constraint.continuations(
-                    self.tokenizer.decode(tokens[row], skip_special_tokens=True), pages[j])
+                options = click_continuations(texts[j], pages[j])
                 if options is not None:  # the click opens now: choose once
                     chosen[row] = pages[j]
                     if options:
@@ -389,7 +390,7 @@ class RolloutEngine:
         """log π of each text (its tokenizer encoding) as the continuation of batch row ``row``: ``(K,) float32``.
         ``first_logp`` (V,) scores each text's first token; the rest come from one forward pass of the K texts on
         K copies of the row's cache (right-padded: causal attention keeps the padding out of every real token)."""
-        ids = [self.tokenizer.encode(text, add_special_tokens=False) or [self.pad_id] for text in texts]
+        ids = [self.tokenizer.encode(text, add_special_tokens=False) for text in texts]  # never empty: "…]"
         scores = first_logp[torch.tensor([t[0] for t in ids], device=first_logp.device)].clone()  # (K,)
         longest = max(len(t) for t in ids)
         if longest == 1:
@@ -413,12 +414,13 @@ class RolloutEngine:
                 scores[k] += logp[k, torch.arange(len(t) - 1, device=device), rest].sum()
         return scores
 
-    def _constrain_clicks(self, logits: torch.Tensor, replies: list[list[int]],
+    def _constrain_clicks(self, logits: torch.Tensor, replies: list[str],
                           clickables: list[list[str]]) -> torch.Tensor:
-        """``logits`` (b, V) with −inf on the tokens that would take a row's open click argument off its page."""
+        """``logits`` (b, V) with −inf on the tokens that would take a row's open click argument off its page
+        (``replies``: each row's reply decoded so far)."""
         constrained = None
-        for j, (ids, page) in enumerate(zip(replies, clickables)):
-            allowed = self.click_constraint.allowed(self.tokenizer.decode(ids, skip_special_tokens=True), page)
+        for j, (reply, page) in enumerate(zip(replies, clickables)):
+            allowed = self.click_constraint.allowed(reply, page)
             if allowed is not None:
                 constrained = logits.clone() if constrained is None else constrained
                 constrained[j] = constrained[j].masked_fill(~allowed.to(logits.device), float("-inf"))
