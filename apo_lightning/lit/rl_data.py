@@ -66,7 +66,9 @@ class VStarConfig:
         batch_size: episodes per rollout batch.
         goal_filter: which of the stage-1 goals stage 2 trains on: "all"; "nonzero", those where some reference
             sample earned a reward above 0 (the A*-PO authors drop the rest); "informative", those whose N rewards
-            are not all equal (RAGEN's StarPO-S keeps the high-variance prompts).
+            are not all equal (RAGEN's StarPO-S keeps the high-variance prompts). Measured on the real 1k data with
+            the two-hour recipe (``configs/webshop_1k_2h.yaml``, run seed 0): "nonzero" drops 27.6 % of 1,024 goals
+            and gains +2.4 points on the test against +4.4 for "all" (docs/experiments.md, "Thirteenth session").
         refresh_every: re-estimate V* with the current policy every K training batches (0 = never).
         reuse: stage-1 reference trajectories added to every training batch (per process) as extra regression rows,
             0 = none (the paper's stage 2: fresh trajectories only). A*-PO's regression target holds for a
