@@ -26,6 +26,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from apo_lightning.eval.training_logs import read_scalars, sixths
+
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = {
     # the quick start: synthetic catalog, its shipped reference policy
@@ -35,20 +37,10 @@ SETTINGS = {
 }
 
 
-def scalars(log_dir: Path) -> dict[str, list[float]]:
-    """Every scalar tag of a TensorBoard log directory, in step order."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
-    events.Reload()
-    return {tag: [e.value for e in sorted(events.Scalars(tag), key=lambda e: e.step)]
-            for tag in events.Tags()["scalars"]}
-
-
-def sixths(values: list[float]) -> tuple[float, float]:
-    """Means of the first and the last sixth of ``values`` (at least one value each)."""
-    k = max(1, len(values) // 6)
-    return statistics.fmean(values[:k]), statistics.fmean(values[-k:])
+def first_last(values: list[float]) -> tuple[float, float]:
+    """Means of the first and the last sixth of ``values`` (:func:`apo_lightning.eval.training_logs.sixths`)."""
+    first, last = sixths(values)
+    return statistics.fmean(first), statistics.fmean(last)
 
 
 @contextmanager
@@ -80,8 +72,8 @@ def fit(setting: str, name: str, seed: int, workdir: Path, processes: int, threa
     subprocess.run(command, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                    stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
-    (log_dir,) = (workdir / name).glob("version_*")
-    return seconds, scalars(log_dir)
+    (log_dir,) = (workdir / name).glob("version_*")  # one fit, one version: a leftover run would be mixed in
+    return seconds, {tag: [value for _, value in pairs] for tag, pairs in read_scalars(log_dir).items()}
 
 
 def run(args: argparse.Namespace, objective: str, seed: int, workdir: Path) -> dict:
@@ -105,9 +97,9 @@ def run(args: argparse.Namespace, objective: str, seed: int, workdir: Path) -> d
     result = {"objective": objective, "seed": seed, "steps": steps, "trajectories": steps * per_step,
               "seconds": round(seconds, 1)}
     for tag in ("rollout/invalid_reply_rate", "rollout/reward", "rollout/success_rate"):
-        first, last = sixths(values[tag])
+        first, last = first_last(values[tag])
         result[tag.split("/")[1]] = [round(first, 4), round(last, 4)]
-    result["kl_end"] = round(sixths(values["train/kl"])[1], 3)
+    result["kl_end"] = round(first_last(values["train/kl"])[1], 3)
     return result
 
 

@@ -1,2 +1,3 @@
 """Layer 5: evaluation. One metrics module (``metrics``: one name per quantity, confidence intervals), results
-reports (``report``), paired comparison (``compare``) and the evaluation command line (``__main__``)."""
+reports (``report``), paired comparison (``compare``), a training run's TensorBoard
+scalars read back (``training_logs``) and the evaluation command line (``__main__``)."""

@@ -11,18 +11,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-
-def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar of every event file under ``run_dir``, as (step, value) pairs sorted by step."""
-    series: dict[str, list[tuple[int, float]]] = {}
-    for events in sorted(run_dir.rglob("events.out.tfevents.*")):
-        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
-        accumulator.Reload()
-        for tag in accumulator.Tags()["scalars"]:
-            series.setdefault(tag, []).extend((e.step, e.value) for e in accumulator.Scalars(tag))
-    return {tag: sorted(values) for tag, values in series.items()}
+from apo_lightning.eval.training_logs import read_scalars, sixths
 
 
 def main() -> None:
@@ -30,7 +19,7 @@ def main() -> None:
     parser.add_argument("run_dir", type=Path, help="a run's lightning_logs/NAME (every version) or one version_*")
     parser.add_argument("--above", type=float, default=20.0, help="count training steps whose value exceeds this")
     args = parser.parse_args()
-    series = scalars(args.run_dir)
+    series = read_scalars(args.run_dir)
     if not series:
         raise SystemExit(f"no TensorBoard event files under {args.run_dir}")
     for tag in sorted(t for t in series if t.startswith("stage1/")):
@@ -39,8 +28,7 @@ def main() -> None:
         print(f"{tag}: " + ", ".join(f"{value:.4g} @{step}" for step, value in series[tag]))
     for tag in sorted(t for t in series if t.startswith(("train/", "rollout/"))):
         values = [value for _, value in series[tag]]
-        sixth = max(1, len(values) // 6)
-        first, last = values[:sixth], values[-sixth:]
+        first, last = sixths(values)
         print(f"{tag}: {len(values)} steps, first sixth {statistics.fmean(first):.4g} -> last sixth "
               f"{statistics.fmean(last):.4g} (median {statistics.median(last):.4g}, max {max(last):.4g}); "
               f"{sum(v > args.above for v in values)} steps above {args.above:g}")
