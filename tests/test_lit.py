@@ -18,9 +18,9 @@ import torch
 import yaml
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import Timer
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from apo_lightning.apo.vstar import VStarTable
+from apo_lightning.eval.training_logs import read_scalars
 from apo_lightning.lit.cli import build_cli
 from apo_lightning.lit.rl_data import WebShopRLDataModule
 from apo_lightning.utils.hashing import hash_parameters
@@ -182,9 +182,7 @@ def test_fit_then_test_writes_checkpoint_and_results(workdir):
     assert not any("reference" in k for k in checkpoint["state_dict"])
     loader_state = checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"]
     assert loader_state == [{"cursor": 2}]  # two batches made, two trained on
-    events = EventAccumulator(cli.trainer.logger.log_dir)
-    events.Reload()
-    tags = set(events.Tags()["scalars"])
+    tags = set(read_scalars(cli.trainer.logger.log_dir))
     assert {"stage1/pass_at_1", "stage1/pass_at_2", "stage1/all_equal_rate"} <= tags
     assert {"train/loss", "train/kl", "train/advantage_mean", "rollout/success_rate", "rollout/avg_turns",
             "rollout/invalid_reply_rate", "val/success_rate", "val/score"} <= tags
@@ -596,6 +594,7 @@ DDP_SCRIPT = """
 import json, sys
 import torch
 from apo_lightning.apo.vstar import VStarTable
+from apo_lightning.eval.training_logs import read_scalars
 VStarTable.lookup = lambda self, goals, device=None: torch.zeros(len(goals))  # V* = 0: the parameters move
 from apo_lightning.lit.cli import main
 for args in json.loads(sys.argv[1]):

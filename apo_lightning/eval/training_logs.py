@@ -19,7 +19,8 @@ def read_scalars(log_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
 
     Returns:
         tag → ``(step, value)`` pairs sorted by step (stable: values logged at the same step keep the order of the
-        files, oldest version first, and of the events in each); empty when no event file is found.
+        event files' paths, so ``version_0`` before ``version_1``, and of the events in each); empty when no event
+        file is found.
     """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
