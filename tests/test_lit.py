@@ -350,6 +350,51 @@ def test_resume_from_any_checkpoint_continues_exactly(workdir, tmp_path, zero_v_
 
 
 # ------------------------------------------------------------------------------------------------ run seeds
+def test_weight_averaging_validates_and_saves_the_average_and_samples_with_the_current_policy(
+        workdir, tmp_path, zero_v_star, hashing_rollouts, monkeypatch):
+    """Lightning's EMAWeightAveraging on this module: validation rolls out the moving average of the weights, the
+    checkpoints keep it as their state_dict (what ``cli.py test`` evaluates) beside the current weights, and the
+    training batches are still sampled by the current policy."""
+    def weights(policy):
+        return {name: p.detach().clone() for name, p in policy.named_parameters()}
+
+    real_eval_batch, validated = WebShopRLDataModule.eval_batch, []
+
+    def eval_batch(self, goals):
+        validated.append((self.trainer.global_step, weights(self.trainer.lightning_module.policy)))
+        return real_eval_batch(self, goals)
+
+    monkeypatch.setattr(WebShopRLDataModule, "eval_batch", eval_batch)
+
+    class AfterEachStep(Callback):
+        def __init__(self):
+            self.weights = {}
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.weights[trainer.global_step] = weights(pl_module.policy)
+
+    recorder, after = Recorder(), AfterEachStep()
+    decay = 0.75
+    fit("--trainer.max_steps=4", "--data.steps_per_epoch=2", *checkpointing(tmp_path, after_validation=False),
+        "--trainer.callbacks+=lightning.pytorch.callbacks.EMAWeightAveraging", f"--trainer.callbacks.decay={decay}",
+        callbacks=[recorder, after])
+    assert len(set(recorder.step_hash)) == 4, "the parameters must move every step for this test to mean anything"
+    assert recorder.rollout_hash == recorder.step_hash  # training batches: the current policy samples them
+    average = {}
+    for step in (1, 2, 3, 4):  # torch.optim.swa_utils.get_ema_avg_fn: the first update copies, then d·avg + (1-d)·θ
+        average[step] = {name: value if step == 1 else decay * average[step - 1][name] + (1 - decay) * value
+                         for name, value in after.weights[step].items()}
+    assert [step for step, _ in validated] == [2, 4]  # one validation batch after steps 2 and 4
+    for step, seen in validated:
+        for name, value in seen.items():
+            assert torch.allclose(value, average[step][name], atol=1e-6), (step, name)
+        assert any(not torch.allclose(seen[n], after.weights[step][n]) for n in seen), "average == current"
+    checkpoint = torch.load(tmp_path / "step=4.ckpt", weights_only=False)
+    for name, value in average[4].items():
+        assert torch.allclose(checkpoint["state_dict"]["policy." + name], value, atol=1e-6), name
+        assert torch.equal(checkpoint["current_model_state"]["policy." + name], after.weights[4][name]), name
+
+
 def test_run_seeds_change_rollouts_but_not_goals_or_prices(workdir):
     runs = {}
     for seed in (0, 1, 0):
