@@ -395,6 +395,21 @@ def test_weight_averaging_validates_and_saves_the_average_and_samples_with_the_c
         assert torch.equal(checkpoint["current_model_state"]["policy." + name], after.weights[4][name]), name
 
 
+def test_weight_averaging_resumes_exactly(workdir, tmp_path, zero_v_star):
+    ema = ["--trainer.callbacks+=lightning.pytorch.callbacks.EMAWeightAveraging", "--trainer.callbacks.decay=0.75"]
+    run = ["--trainer.max_steps=4", "--data.steps_per_epoch=4", "--trainer.limit_val_batches=0"]
+    fit(*run, *checkpointing(tmp_path / "straight", after_validation=False), *ema)
+    fit(*run, *checkpointing(tmp_path / "resumed", after_validation=False), *ema,
+        ckpt_path=str(tmp_path / "straight" / "step=2.ckpt"))
+    straight, resumed = (torch.load(tmp_path / name / "step=4.ckpt", weights_only=False)
+                         for name in ("straight", "resumed"))
+    start = torch.load(tmp_path / "straight" / "step=2.ckpt", weights_only=False)
+    for key in ("state_dict", "current_model_state"):  # the average and the current weights
+        assert any(not torch.equal(start[key][n], straight[key][n]) for n in start[key]), f"{key} did not move"
+        for name, value in straight[key].items():
+            assert torch.equal(resumed[key][name], value), (key, name)
+
+
 def test_run_seeds_change_rollouts_but_not_goals_or_prices(workdir):
     runs = {}
     for seed in (0, 1, 0):
