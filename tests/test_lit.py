@@ -654,7 +654,6 @@ DDP_SCRIPT = """
 import json, sys
 import torch
 from apo_lightning.apo.vstar import VStarTable
-from apo_lightning.eval.training_logs import read_scalars
 VStarTable.lookup = lambda self, goals, device=None: torch.zeros(len(goals))  # V* = 0: the parameters move
 from apo_lightning.lit.cli import main
 for args in json.loads(sys.argv[1]):
