@@ -350,6 +350,11 @@ def test_resume_from_any_checkpoint_continues_exactly(workdir, tmp_path, zero_v_
 
 
 # ------------------------------------------------------------------------------------------------ run seeds
+def weight_averaging(decay):
+    """Lightning's EMAWeightAveraging callback with ``decay``, added to the config's callbacks."""
+    return ["--trainer.callbacks+=lightning.pytorch.callbacks.EMAWeightAveraging", f"--trainer.callbacks.decay={decay}"]
+
+
 def test_weight_averaging_validates_and_saves_the_average_and_samples_with_the_current_policy(
         workdir, tmp_path, zero_v_star, hashing_rollouts, monkeypatch):
     """Lightning's EMAWeightAveraging on this module: validation rolls out the moving average of the weights, the
@@ -376,8 +381,7 @@ def test_weight_averaging_validates_and_saves_the_average_and_samples_with_the_c
     recorder, after = Recorder(), AfterEachStep()
     decay = 0.75
     fit("--trainer.max_steps=4", "--data.steps_per_epoch=2", *checkpointing(tmp_path, after_validation=False),
-        "--trainer.callbacks+=lightning.pytorch.callbacks.EMAWeightAveraging", f"--trainer.callbacks.decay={decay}",
-        callbacks=[recorder, after])
+        *weight_averaging(decay), callbacks=[recorder, after])
     assert len(set(recorder.step_hash)) == 4, "the parameters must move every step for this test to mean anything"
     assert recorder.rollout_hash == recorder.step_hash  # training batches: the current policy samples them
     average = {}
@@ -396,7 +400,7 @@ def test_weight_averaging_validates_and_saves_the_average_and_samples_with_the_c
 
 
 def test_weight_averaging_resumes_exactly(workdir, tmp_path, zero_v_star):
-    ema = ["--trainer.callbacks+=lightning.pytorch.callbacks.EMAWeightAveraging", "--trainer.callbacks.decay=0.75"]
+    ema = weight_averaging(0.75)
     run = ["--trainer.max_steps=4", "--data.steps_per_epoch=4", "--trainer.limit_val_batches=0"]
     fit(*run, *checkpointing(tmp_path / "straight", after_validation=False), *ema)
     fit(*run, *checkpointing(tmp_path / "resumed", after_validation=False), *ema,
