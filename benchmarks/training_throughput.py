@@ -18,6 +18,8 @@ Settings (``SETTINGS``), each a list of ``cli.py`` overrides:
 - ``short_pages``: a page identical to the previous turn's shown as one line (the default since);
 - ``new``: ``short_pages`` plus each episode prefilled on its own (``rollout.prefill: per_row``, no compute on
   padding) and a history window of the last 2 turns (verl-agent's);
+- ``bf16_mixed``: ``short_pages`` (the defaults) under ``--trainer.precision=bf16-mixed``: bfloat16 autocast on
+  the CPU around the rollouts and the loss's passes (float32 weights and optimizer);
 
 Prints one line per setting, the table, and last one JSON object with every number.
 """
@@ -36,6 +38,9 @@ SETTINGS = {
     "old": ["--data.chat.repeat_pages=full", "--data.rollout.prefill=batched"],
     "short_pages": ["--data.chat.repeat_pages=short", "--data.rollout.prefill=batched"],
     "new": ["--data.chat.repeat_pages=short", "--data.chat.history_turns=2", "--data.rollout.prefill=per_row"],
+    # the default settings with bfloat16 autocast (Lightning's precision plugin) around the loss's passes and the
+    # rollouts; the weights, the optimizer and the log-probabilities the loss reads stay float32
+    "bf16_mixed": ["--data.chat.repeat_pages=short", "--data.rollout.prefill=batched", "--trainer.precision=bf16-mixed"],
 }
 
 

@@ -307,6 +307,58 @@ def test_lora_trains_only_the_adapters_and_uses_the_base_as_reference(workdir, z
     assert changed, "the adapters' B matrices start at 0 and must have moved"
 
 
+# ------------------------------------------------------------------------------------------------ precision
+@pytest.fixture
+def linear_dtypes(monkeypatch):
+    """Record the output dtype of every ``nn.Linear`` call by the phase it ran in: "stage1" (V* sampling),
+    "rollout" (training batches), "eval" (greedy validation) or "loss" (the training step's passes)."""
+    from apo_lightning.lit.rl_module import WebShopRLModule
+    from apo_lightning.rollout.engine import RolloutEngine
+
+    seen: dict[str, set] = {}
+    phase = [None]
+
+    def in_phase(name, function):
+        def wrapped(*args, **kwargs):
+            outer, phase[0] = phase[0], phase[0] or name(*args)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                phase[0] = outer
+        return wrapped
+
+    monkeypatch.setattr(WebShopRLDataModule, "sample_rewards",
+                        in_phase(lambda *a: "stage1", WebShopRLDataModule.sample_rewards))
+    monkeypatch.setattr(RolloutEngine, "rollout",
+                        in_phase(lambda engine, *a: "eval" if engine.greedy else "rollout", RolloutEngine.rollout))
+    monkeypatch.setattr(WebShopRLModule, "training_step", in_phase(lambda *a: "loss", WebShopRLModule.training_step))
+
+    def hook(module, args, output):
+        if isinstance(module, torch.nn.Linear) and phase[0]:
+            seen.setdefault(phase[0], set()).add(output.dtype)
+
+    handle = torch.nn.modules.module.register_module_forward_hook(hook)
+    yield seen
+    handle.remove()
+
+
+@pytest.mark.parametrize("precision, compute", [("32-true", torch.float32), ("bf16-mixed", torch.bfloat16)])
+def test_mixed_precision_reaches_rollouts_and_loss_but_not_stage_1(workdir, zero_v_star, linear_dtypes, precision,
+                                                                   compute):
+    """``--trainer.precision=bf16-mixed`` on the CPU (``benchmarks/training_throughput.py``, setting
+    ``bf16_mixed``): the rollouts, the greedy validation and the loss's passes run under bfloat16 autocast, while
+    stage 1 samples π_ref in float32 whatever the precision (the V* cache key has no precision in it) and the weights
+    stay float32."""
+    cli = fit("--trainer.max_steps=2", "--data.steps_per_epoch=2", *NO_CHECKPOINTS, f"--trainer.precision={precision}",
+              f"--data.vstar.cache_dir=data/vstar-{precision}")  # stage 1 sampled in each
+    policy = cli.model.policy
+    before = {n: p.detach().clone() for n, p in cli.model.reference.named_parameters()}
+    moved = [n for n, p in policy.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert moved, "the policy must have trained"
+    assert {p.dtype for p in policy.parameters()} == {torch.float32}
+    assert linear_dtypes == {"stage1": {torch.float32}, "rollout": {compute}, "eval": {compute}, "loss": {compute}}
+
+
 # ------------------------------------------------------------------------------------------------ on-policy, resume
 def test_each_batch_is_rolled_out_by_the_parameters_it_trains(workdir, zero_v_star, hashing_rollouts):
     recorder = Recorder()
