@@ -40,7 +40,8 @@ SETTINGS = {
     "new": ["--data.chat.repeat_pages=short", "--data.chat.history_turns=2", "--data.rollout.prefill=per_row"],
     # the default settings with bfloat16 autocast (Lightning's precision plugin) around the loss's passes and the
     # rollouts; the weights, the optimizer and the log-probabilities the loss reads stay float32
-    "bf16_mixed": ["--data.chat.repeat_pages=short", "--data.rollout.prefill=batched", "--trainer.precision=bf16-mixed"],
+    "bf16_mixed": ["--data.chat.repeat_pages=short", "--data.rollout.prefill=batched",
+                   "--trainer.precision=bf16-mixed"],
 }
 
 
