@@ -38,11 +38,10 @@ SETTINGS = {
     "old": ["--data.chat.repeat_pages=full", "--data.rollout.prefill=batched"],
     "short_pages": ["--data.chat.repeat_pages=short", "--data.rollout.prefill=batched"],
     "new": ["--data.chat.repeat_pages=short", "--data.chat.history_turns=2", "--data.rollout.prefill=per_row"],
-    # the default settings with bfloat16 autocast (Lightning's precision plugin) around the loss's passes and the
-    # rollouts; the weights, the optimizer and the log-probabilities the loss reads stay float32
-    "bf16_mixed": ["--data.chat.repeat_pages=short", "--data.rollout.prefill=batched",
-                   "--trainer.precision=bf16-mixed"],
 }
+# the default settings with bfloat16 autocast (Lightning's precision plugin) around the loss's passes and the
+# rollouts; the weights, the optimizer and the log-probabilities the loss reads stay float32
+SETTINGS["bf16_mixed"] = [*SETTINGS["short_pages"], "--trainer.precision=bf16-mixed"]
 
 
 def run(args: argparse.Namespace, name: str, workdir: Path) -> dict:
