@@ -400,6 +400,37 @@ def test_resume_from_any_checkpoint_continues_exactly(workdir, tmp_path, zero_v_
         assert hash_parameters(cli.model.policy) == expected, what
 
 
+class LearningRates(Callback):
+    """The optimizer's learning rate at the start of each training step."""
+
+    def __init__(self):
+        self.rates = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.rates.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+def test_learning_rate_warms_up_then_stays_or_anneals_over_the_last_decay_steps_and_resumes(workdir, tmp_path,
+                                                                                            zero_v_star):
+    run = ["--trainer.max_steps=6", "--data.steps_per_epoch=6", "--trainer.limit_val_batches=0",
+           "--model.learning_rate=1e-3", "--model.warmup_steps=2"]
+    constant = LearningRates()
+    fit(*run, *NO_CHECKPOINTS, callbacks=[constant])
+    assert constant.rates == pytest.approx([5e-4, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3])  # (s + 1) / warmup, then flat
+    annealed = LearningRates()
+    cli = fit(*run, "--model.decay_steps=3", *checkpointing(tmp_path, after_validation=False), callbacks=[annealed])
+    # get_wsd_schedule: warm-up s / 2 (steps 0, 1), stable (step 2), cosine over steps 3-5: 1, (1 + cos π/3) / 2, ...
+    assert annealed.rates == pytest.approx([0.0, 5e-4, 1e-3, 1e-3, 7.5e-4, 2.5e-4])
+    expected = hash_parameters(cli.model.policy)
+    resumed = LearningRates()
+    cli = fit(*run, "--model.decay_steps=3", *NO_CHECKPOINTS, ckpt_path=str(tmp_path / "step=3.ckpt"),
+              callbacks=[resumed])
+    assert resumed.rates == pytest.approx(annealed.rates[3:])
+    assert hash_parameters(cli.model.policy) == expected
+    with pytest.raises(ValueError, match="trainer.max_steps"):
+        fit(*run, "--model.decay_steps=5", *NO_CHECKPOINTS)
+
+
 # ------------------------------------------------------------------------------------------------ run seeds
 def weight_averaging(decay):
     """Lightning's EMAWeightAveraging callback with ``decay``, added to the config's callbacks."""

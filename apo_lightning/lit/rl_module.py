@@ -20,6 +20,7 @@ from typing import Literal
 import torch
 from lightning.pytorch import LightningModule
 from torchmetrics import MeanMetric
+from transformers import get_wsd_schedule
 
 from ..apo.logprobs import generated_logprobs, generated_nll, pack_generated
 from ..apo.objectives import OBJECTIVES, Algorithm, PackedBatch, kl_statistics
@@ -67,7 +68,14 @@ class WebShopRLModule(LightningModule):
         awr: advantage-weighted SFT settings.
         learning_rate: AdamW learning rate.
         weight_decay: AdamW weight decay.
-        warmup_steps: linear learning-rate warm-up steps.
+        warmup_steps: linear learning-rate warm-up steps: step s (from 0) trains at ``(s + 1) / warmup_steps`` of the
+            rate.
+        decay_steps: 0 (default) keeps the rate constant after the warm-up. N > 0 anneals it over the run's last N
+            steps of ``trainer.max_steps``, by a cosine to 0 (warm-up, stable, decay:
+            ``transformers.get_wsd_schedule``, whose warm-up starts at 0, so step 0 trains at rate 0 and step s
+            below ``warmup_steps`` at ``s / warmup_steps``). Raises ValueError at the start of ``fit`` when
+            ``trainer.max_steps`` is unset or shorter than ``warmup_steps + decay_steps``. A run that its
+            ``max_time`` ends first stops before the decay is done.
         anchor_weight: λ of a demonstration anchor: add λ · (SFT loss on the oracle demonstrations the data module
             attaches to each batch, ``data.anchor_demos``, drawn from ``data.anchor_goals``) to the objective's loss;
             0 = none (as the WebShop paper's RL).
@@ -86,8 +94,8 @@ class WebShopRLModule(LightningModule):
     def __init__(self, model_name_or_path: str = "data/models/tiny-sft", algorithm: Algorithm = "apo",
                  apo: APOSettings = APOSettings(), grpo: GRPOSettings = GRPOSettings(),
                  kl_pg: KLPGSettings = KLPGSettings(), awr: AWRSettings = AWRSettings(), learning_rate: float = 1e-4,
-                 weight_decay: float = 0.0, warmup_steps: int = 0, anchor_weight: float = 0.0,
-                 objective_weight: float = 1.0, lora: LoraSettings = LoraSettings(),
+                 weight_decay: float = 0.0, warmup_steps: int = 0, decay_steps: int = 0,
+                 anchor_weight: float = 0.0, objective_weight: float = 1.0, lora: LoraSettings = LoraSettings(),
                  dtype: DType = "float32", sample_trajectories: int = 2, text_every: int = 25,
                  results_dir: str | None = None, method_name: str | None = None):
         super().__init__()
@@ -268,8 +276,16 @@ class WebShopRLModule(LightningModule):
     def configure_optimizers(self):
         params = [p for p in self.policy.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.hparams.learning_rate, weight_decay=self.hparams.weight_decay)
-        warmup = max(1, self.hparams.warmup_steps)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+        warmup, decay = self.hparams.warmup_steps, self.hparams.decay_steps
+        if decay > 0:
+            total = self.trainer.max_steps
+            if total is None or total < warmup + decay:
+                raise ValueError(f"model.decay_steps={decay} anneals the last steps of trainer.max_steps, which must be "
+                                 f"set and at least warmup_steps + decay_steps = {warmup + decay} (it is {total})")
+            scheduler = get_wsd_schedule(optimizer, num_warmup_steps=warmup, num_stable_steps=total - warmup - decay,
+                                         num_decay_steps=decay, decay_type="cosine")
+        else:
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / max(1, warmup)))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
