@@ -68,14 +68,14 @@ class WebShopRLModule(LightningModule):
         awr: advantage-weighted SFT settings.
         learning_rate: AdamW learning rate.
         weight_decay: AdamW weight decay.
-        warmup_steps: linear learning-rate warm-up steps: step s (from 0) trains at ``(s + 1) / warmup_steps`` of the
-            rate.
+        warmup_steps: linear learning-rate warm-up steps: with ``decay_steps`` 0, step s (from 0) trains at
+            ``(s + 1) / warmup_steps`` of the rate.
         decay_steps: 0 (default) keeps the rate constant after the warm-up. N > 0 anneals it over the run's last N
             steps of ``trainer.max_steps``, by a cosine to 0 (warm-up, stable, decay:
             ``transformers.get_wsd_schedule``, whose warm-up starts at 0, so step 0 trains at rate 0 and step s
             below ``warmup_steps`` at ``s / warmup_steps``). Raises ValueError at the start of ``fit`` when
-            ``trainer.max_steps`` is unset or shorter than ``warmup_steps + decay_steps``. A run that its
-            ``max_time`` ends first stops before the decay is done.
+            ``trainer.max_steps`` is unset or shorter than ``warmup_steps + decay_steps``. A run that
+            ``trainer.max_time`` stops first ends before its decay does.
         anchor_weight: λ of a demonstration anchor: add λ · (SFT loss on the oracle demonstrations the data module
             attaches to each batch, ``data.anchor_demos``, drawn from ``data.anchor_goals``) to the objective's loss;
             0 = none (as the WebShop paper's RL).
