@@ -202,7 +202,7 @@ def test_kv_cache_matches_full_forward(model_dir):
     with torch.no_grad():
         full = model(ids).logits  # (1, T, V)
         prefix = model(ids[:, :-1], use_cache=True)
-        step = model(ids[:, -1:], past_key_values=prefix.past_key_values, use_cache=True).logits  # (1, 1, V)
+        step = model(ids[:, -1:], cache=prefix.cache, use_cache=True).logits  # (1, 1, V)
     torch.testing.assert_close(step[:, -1], full[:, -1], atol=1e-5, rtol=0)
     torch.testing.assert_close(prefix.logits, full[:, :-1], atol=1e-5, rtol=0)
     with torch.no_grad():  # without the cache the last token alone gives other logits: the comparison sees the cache

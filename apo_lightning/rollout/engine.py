@@ -298,8 +298,8 @@ class RolloutEngine:
                 rows = [rows[j] for j in keep]
             attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=1)
             out = self.model(input_ids=chosen[:, None], attention_mask=attention, position_ids=next_position,
-                             past_key_values=cache, use_cache=True)
-            cache, logits = out.past_key_values, out.logits[:, -1, :]
+                             cache=cache, use_cache=True)
+            cache, logits = out.cache, out.logits[:, -1, :]
             next_position = next_position + 1
         return [(tokens[i], logps[i], stops[i], new_pasts[i]) for i in range(batch)]
 
@@ -325,8 +325,8 @@ class RolloutEngine:
                 layer.update(keys, values)
         input_ids, attention, positions = input_ids.to(device), attention.to(device), positions.to(device)
         out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)  # only the last position's logits
-        cache, logits = out.past_key_values, out.logits[:, -1, :]  # (B, V)
+                         cache=cache, use_cache=True, logits_to_keep=1)  # only the last position's logits
+        cache, logits = out.cache, out.logits[:, -1, :]  # (B, V)
         next_position = positions[:, -1:] + 1  # (B, 1)
         return cache, attention, logits, next_position
 
@@ -343,10 +343,10 @@ class RolloutEngine:
                     layer.update(keys[None].to(device), values[None].to(device))
             ids = torch.tensor([tokens], dtype=torch.long, device=device)
             positions = torch.arange(n_past, n_past + len(tokens), device=device)[None]
-            out = self.model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True,
+            out = self.model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True,
                              logits_to_keep=1)
             row_logits.append(out.logits[0, -1])
-            row_pasts.append(Past([(layer.keys[0], layer.values[0]) for layer in out.past_key_values.layers],
+            row_pasts.append(Past([(layer.keys[0], layer.values[0]) for layer in out.cache.layers],
                                   n_past + len(tokens)))
         lengths = [p.length for p in row_pasts]
         width = max(lengths)
@@ -405,7 +405,7 @@ class RolloutEngine:
         for k, t in enumerate(ids):
             inputs[k, :len(t) - 1] = torch.tensor(t[:-1], dtype=torch.long)
         positions = (position + torch.arange(longest - 1, device=device))[None].expand(len(ids), -1)
-        out = self.model(input_ids=inputs, attention_mask=attention, position_ids=positions, past_key_values=copies,
+        out = self.model(input_ids=inputs, attention_mask=attention, position_ids=positions, cache=copies,
                          use_cache=True)
         logp = torch.log_softmax(out.logits.float(), dim=-1)  # (K, L-1, V)
         for k, t in enumerate(ids):
