@@ -417,11 +417,13 @@ def test_learning_rate_warms_up_then_stays_or_anneals_over_the_last_decay_steps_
     constant = LearningRates()
     fit(*run, *NO_CHECKPOINTS, callbacks=[constant])
     assert constant.rates == pytest.approx([5e-4, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3])  # (s + 1) / warmup, then flat
-    annealed = LearningRates()
-    cli = fit(*run, "--model.decay_steps=3", *checkpointing(tmp_path, after_validation=False), callbacks=[annealed])
+    annealed, straight = LearningRates(), Recorder()
+    cli = fit(*run, "--model.decay_steps=3", *checkpointing(tmp_path, after_validation=False),
+              callbacks=[annealed, straight])
     # get_wsd_schedule: warm-up s / 2 (steps 0, 1), stable (step 2), cosine over steps 3-5: 1, (1 + cos π/3) / 2, ...
     assert annealed.rates == pytest.approx([0.0, 5e-4, 1e-3, 1e-3, 7.5e-4, 2.5e-4])
     expected = hash_parameters(cli.model.policy)
+    assert expected != straight.step_hash[3], "the parameters must move after the resumed-from step"
     resumed = LearningRates()
     cli = fit(*run, "--model.decay_steps=3", *NO_CHECKPOINTS, ckpt_path=str(tmp_path / "step=3.ckpt"),
               callbacks=[resumed])

@@ -279,7 +279,7 @@ class WebShopRLModule(LightningModule):
         warmup, decay = self.hparams.warmup_steps, self.hparams.decay_steps
         if decay > 0:
             total = self.trainer.max_steps
-            if total is None or total < warmup + decay:
+            if total < warmup + decay:  # trainer.max_steps is -1 when unset
                 raise ValueError(f"model.decay_steps={decay} anneals the last steps of trainer.max_steps, which must be "
                                  f"set and at least warmup_steps + decay_steps = {warmup + decay} (it is {total})")
             scheduler = get_wsd_schedule(optimizer, num_warmup_steps=warmup, num_stable_steps=total - warmup - decay,
