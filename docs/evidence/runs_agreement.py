@@ -1,7 +1,8 @@
 """Which test goals several training runs win and lose against one reference: a goal that every run wins is learned,
 one that a single run loses is that run's noise. Prints each run's paired comparison with the reference, how many
-goals are won (lost) by exactly k of the n runs, and the majority vote of the runs (a goal counts as a success when
-more than half of the runs succeed on it) compared with the reference like a run of its own.
+goals are won (lost) by exactly k of the n runs, the runs' mean gain, and the majority vote of the runs compared with the
+reference like a run of its own: a goal's outcome is the one most runs reached, the reference's own outcome where the
+runs split evenly, and its score the runs' median.
 
     python docs/evidence/runs_agreement.py results/webshop-1k-ref-vc results/webshop_1k_2h_s1_last \
         results/webshop_1k_2h_s2_last results/webshop_1k_2h_bf16_last results/webshop_1k_2h_anneal_last
@@ -10,6 +11,7 @@ The runs must be independent (one results directory per training run) and evalua
 """
 
 import argparse
+import statistics
 from collections import Counter
 
 from apo_lightning.eval.compare import compare_episodes, format_comparison, load_episodes
@@ -39,10 +41,14 @@ def main() -> None:
     for name, counts in (("won", won), ("lost", lost)):
         histogram = Counter(counts.values())
         print(f"| {name} | " + " | ".join(str(histogram[k]) for k in range(1, n + 1)) + " |")
-    majority = {g: dict(reference[g], success=sum(bool(e[g]["success"]) for e in runs.values()) * 2 > n,
-                        score=sorted(e[g]["score"] for e in runs.values())[n // 2])
-                for g in reference}
-    print(f"\nthe majority vote of the {n} runs (score: the runs' median):\n")
+    mean_gain = sum(compare_episodes(reference, e)["success_diff"] for e in runs.values()) / n
+    print(f"\nmean gain of the {n} runs: {100 * mean_gain:+.2f} points")
+    majority = {}
+    for g in reference:
+        wins = sum(bool(e[g]["success"]) for e in runs.values())
+        success = bool(reference[g]["success"]) if 2 * wins == n else 2 * wins > n
+        majority[g] = dict(reference[g], success=success, score=statistics.median(e[g]["score"] for e in runs.values()))
+    print(f"\nthe majority vote of the {n} runs (an even split keeps the reference's outcome; score: the runs' median):\n")
     print(format_comparison(ref_name, f"majority of {n} runs", compare_episodes(reference, majority)))
 
 
