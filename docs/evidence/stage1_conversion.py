@@ -1,0 +1,53 @@
+"""How much of the reference's pass@N on the training goals a trained policy turns into greedy success: greedy
+success on the goals where at least one of stage 1's N reference samples succeeded, and on the goals where all N
+failed (where A*-PO with V* at the samples' mean gets a signal only from a fresh rollout that succeeds).
+
+    APO_WEBSHOP_DATA=../shared/webshop_data python -m apo_lightning.eval evaluate --model models/webshop-1k-ref \
+        --split train --limit 1024 --max-steps 15 --max-new-tokens 64 --valid-clicks --processes 2 \
+        --results-dir results/train1024_webshop-1k-ref          # the same for each trained policy (data/models/<run>)
+    python docs/evidence/stage1_conversion.py data/vstar/<key>.json results/train1024_webshop-1k-ref \
+        results/train1024_webshop_1k_2h_anneal
+
+The stage-1 table is the run's V* cache file (its ``key_parts`` name the run seed); the results directories hold
+greedy episodes on (a superset of) its goals. A sample counts as a success when its reward is the full reward 1.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+from apo_lightning.eval.compare import load_episodes
+from apo_lightning.eval.metrics import wilson_interval
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("vstar_table", help="a stage-1 V* cache file, data/vstar/<key>.json")
+    parser.add_argument("results", nargs="+", help="results directories with greedy episodes on those goals")
+    args = parser.parse_args()
+    table = json.loads(Path(args.vstar_table).read_text(encoding="utf-8"))
+    rewards = {int(goal): values for goal, values in table["rewards"].items()}  # goal -> N rewards
+    reached = [g for g, values in rewards.items() if any(r >= 1.0 for r in values)]
+    missed = [g for g in rewards if g not in set(reached)]
+    n = table["n_samples"]
+    print(f"{len(rewards)} goals, N = {n}: pass@{n} {len(reached) / len(rewards):.1%} "
+          f"({len(reached)} goals with a successful sample, {len(missed)} with none)\n")
+    print(f"| results | greedy success | on the {len(reached)} goals with a successful sample | "
+          f"on the {len(missed)} goals without |\n| --- | --- | --- | --- |")
+    for results in args.results:
+        _, episodes = load_episodes(results)
+        absent = sorted(set(rewards) - set(episodes))
+        if absent:
+            raise ValueError(f"{results} lacks {len(absent)} of the table's goals (e.g. {absent[:5]}): evaluate it "
+                             "on the same training goals")
+
+        def cell(goals: list[int]) -> str:
+            k = sum(bool(episodes[g]["success"]) for g in goals)
+            low, high = wilson_interval(k, len(goals))
+            return f"{k} ({k / len(goals):.1%} [{low:.1%}, {high:.1%}])"
+
+        print(f"| {results} | {cell(list(rewards))} | {cell(reached)} | {cell(missed)} |")
+
+
+if __name__ == "__main__":
+    main()
