@@ -24,9 +24,9 @@ def main() -> None:
     args = parser.parse_args()
     ref_name, reference = load_episodes(args.reference)
     runs = {path: load_episodes(path)[1] for path in args.runs}
+    comparisons = {path: compare_episodes(reference, episodes) for path, episodes in runs.items()}
     print(f"| run | success | Δ points [95 % CI] | won | lost | McNemar p |\n| --- | --- | --- | --- | --- | --- |")
-    for path, episodes in runs.items():
-        c = compare_episodes(reference, episodes)
+    for path, c in comparisons.items():
         print(f"| {path} | {100 * c['success_b']:.1f} % | {100 * c['success_diff']:+.1f} "
               f"[{100 * c['success_diff_low']:+.1f}, {100 * c['success_diff_high']:+.1f}] | {c['won']} | {c['lost']} "
               f"| {c['mcnemar_p']:.3g} |")
@@ -41,7 +41,7 @@ def main() -> None:
     for name, counts in (("won", won), ("lost", lost)):
         histogram = Counter(counts.values())
         print(f"| {name} | " + " | ".join(str(histogram[k]) for k in range(1, n + 1)) + " |")
-    mean_gain = sum(compare_episodes(reference, e)["success_diff"] for e in runs.values()) / n
+    mean_gain = sum(c["success_diff"] for c in comparisons.values()) / n
     print(f"\nmean gain of the {n} runs: {100 * mean_gain:+.2f} points")
     majority = {}
     for g in reference:

@@ -13,9 +13,9 @@ greedy episodes on (a superset of) its goals. A sample counts as a success when 
 """
 
 import argparse
-import json
 from pathlib import Path
 
+from apo_lightning.apo.vstar import VStarCache
 from apo_lightning.eval.compare import load_episodes
 from apo_lightning.eval.metrics import wilson_interval
 
@@ -25,10 +25,14 @@ def main() -> None:
     parser.add_argument("vstar_table", help="a stage-1 V* cache file, data/vstar/<key>.json")
     parser.add_argument("results", nargs="+", help="results directories with greedy episodes on those goals")
     args = parser.parse_args()
-    table = json.loads(Path(args.vstar_table).read_text(encoding="utf-8"))
+    path = Path(args.vstar_table)
+    table = VStarCache(path.parent).load(path.stem)  # the cache's own reader and checks
+    if table is None:
+        raise FileNotFoundError(f"{path} is not a usable V* table (see the warning above, if any): give a "
+                                "data/vstar/<key>.json written by stage 1")
     rewards = {int(goal): values for goal, values in table["rewards"].items()}  # goal -> N rewards
     reached = [g for g, values in rewards.items() if any(r >= 1.0 for r in values)]
-    missed = [g for g in rewards if g not in set(reached)]
+    missed = [g for g, values in rewards.items() if not any(r >= 1.0 for r in values)]
     n = table["n_samples"]
     print(f"{len(rewards)} goals, N = {n}: pass@{n} {len(reached) / len(rewards):.1%} "
           f"({len(reached)} goals with a successful sample, {len(missed)} with none)\n")
