@@ -56,6 +56,8 @@ def main() -> None:
                              "on the same training goals")
 
         def cell(goals: list[int]) -> str:
+            if not goals:
+                return "no goals"
             k = sum(bool(episodes[g]["success"]) for g in goals)
             low, high = wilson_interval(k, len(goals))
             return f"{k} ({k / len(goals):.1%} [{low:.1%}, {high:.1%}])"
