@@ -21,7 +21,7 @@ from pathlib import Path
 
 from apo_lightning.apo.vstar import VStarCache
 from apo_lightning.eval.compare import load_episodes
-from apo_lightning.eval.metrics import wilson_interval
+from apo_lightning.eval.metrics import sample_statistics, wilson_interval
 
 
 def main() -> None:
@@ -32,10 +32,11 @@ def main() -> None:
                                          "the first table reaches")
     args = parser.parse_args()
     rewards = read_rewards(args.vstar_table)
+    stats = sample_statistics(rewards)  # the stage-1 statistics the run logged (N, pass@N), its checks on N
+    n = int(stats["samples_per_goal"])
     reached = [g for g, values in rewards.items() if any(r >= 1.0 for r in values)]
     missed = [g for g, values in rewards.items() if not any(r >= 1.0 for r in values)]
-    n = len(next(iter(rewards.values())))
-    print(f"{len(rewards)} goals, N = {n}: pass@{n} {len(reached) / len(rewards):.1%} "
+    print(f"{len(rewards)} goals, N = {n}: pass@{n} {stats[f'pass_at_{n}']:.1%} "
           f"({len(reached)} goals with a successful sample, {len(missed)} with none)\n")
     columns = [reached, missed]
     header = f"| results | greedy success | on the {len(reached)} goals with a successful sample | " \
