@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from apo_lightning.eval.__main__ import main
 from apo_lightning.eval.compare import compare_episodes, format_comparison, load_episodes
 from apo_lightning.eval.metrics import (
     bootstrap_interval,
@@ -105,3 +106,18 @@ def test_compare_refuses_different_goals(tmp_path):
         compare_episodes(load_episodes(tmp_path / "a")[1], load_episodes(tmp_path / "b")[1])
     with pytest.raises(FileNotFoundError, match="episodes.jsonl"):
         load_episodes(tmp_path / "missing")
+
+
+def test_compare_common_goals_pairs_only_the_shared_goals(tmp_path):
+    # A covers goals 0-3, B goals 0-5; on the shared 0-3, B wins goal 1 and loses goal 2
+    write_episodes(tmp_path / "a", "ref", {0: (True, 1.0), 1: (False, 0.0), 2: (True, 1.0), 3: (False, 0.5)})
+    write_episodes(tmp_path / "b", "apo", {0: (True, 1.0), 1: (True, 1.0), 2: (False, 0.0), 3: (False, 0.5),
+                                           4: (True, 1.0), 5: (True, 1.0)})
+    c = main(["compare", "--common-goals", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert c["goals"] == 4 and (c["won"], c["lost"]) == (1, 1)
+    assert c["success_a"] == 0.5 and c["success_b"] == 0.5      # goals 4 and 5 would make B 4/6
+    with pytest.raises(ValueError, match="different goals"):
+        main(["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    write_episodes(tmp_path / "c", "apo", {7: (True, 1.0)})
+    with pytest.raises(ValueError, match="share no goal"):
+        main(["compare", "--common-goals", str(tmp_path / "a"), str(tmp_path / "c")])

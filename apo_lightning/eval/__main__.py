@@ -4,6 +4,7 @@
     python -m apo_lightning.eval evaluate --model rule --data-dir ../shared/webshop_data       # random | rule | oracle
     python -m apo_lightning.eval evaluate --model X --split val --samples 8 --temperature 1.0  # exploration: pass@k
     python -m apo_lightning.eval compare results/reference results/apo                      # B against A, paired
+    python -m apo_lightning.eval compare --common-goals results/train1024_x results/train2048_y  # on the shared goals
 
 ``evaluate`` shows progress bars and prints, as its last line, one JSON object: success_rate (with its Wilson 95 %
 interval), score (100 × mean WebShop score), reward, avg_turns, invalid_reply_rate, invalid_action_rate,
@@ -27,7 +28,7 @@ from ..rollout.chat import ChatFormat
 from ..utils.files import atomic_write_text
 from ..webshop import WebShop
 from ..webshop.datadir import resolve_data_dir
-from .compare import compare_episodes, format_comparison, load_episodes
+from .compare import common_goals, compare_episodes, format_comparison, load_episodes
 from .evaluate import SCRIPTED, PolicyRollouts, greedy_summary, play_scripted, run_rollouts, sampled_summary
 from .report import write_results
 
@@ -82,6 +83,9 @@ def compare_command(args: argparse.Namespace) -> dict:
     """Run ``compare``; print and return its figures."""
     name_a, a = load_episodes(args.a, args.method_a, args.split)
     name_b, b = load_episodes(args.b, args.method_b, args.split)
+    if args.common_goals:
+        a, b = common_goals(a, b)
+        print(f"on the {len(a)} goals both cover")
     result = compare_episodes(a, b)
     print(format_comparison(name_a, name_b, result))
     result.update(a=name_a, b=name_b)
@@ -135,6 +139,9 @@ def main(argv: list[str] | None = None) -> dict:
     cmp.add_argument("--method-a", default=None, help="which method of A's file (when it holds several)")
     cmp.add_argument("--method-b", default=None, help="which method of B's file (when it holds several)")
     cmp.add_argument("--split", default=None, help="which split (when a file holds several)")
+    cmp.add_argument("--common-goals", action="store_true",
+                     help="compare on the goals both cover (e.g. a 1,024-goal run against the first 1,024 of a "
+                          "2,048-goal one) instead of refusing different goal sets")
     args = parser.parse_args(argv)
     return evaluate_command(args) if args.command == "evaluate" else compare_command(args)
 

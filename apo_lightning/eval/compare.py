@@ -54,6 +54,18 @@ def load_episodes(path: str | Path, method: str | None = None, split: str | None
     return f"{chosen[0]}/{chosen[1]}", episodes
 
 
+def common_goals(a: dict[int, dict], b: dict[int, dict]) -> tuple[dict[int, dict], dict[int, dict]]:
+    """The episodes of A and of B restricted to the goals both cover, for ``compare --common-goals``.
+
+    Raises:
+        ValueError: the two share no goal.
+    """
+    shared = a.keys() & b.keys()
+    if not shared:
+        raise ValueError("the two results share no goal: evaluate both on the same split")
+    return {g: a[g] for g in sorted(shared)}, {g: b[g] for g in sorted(shared)}
+
+
 def compare_episodes(a: dict[int, dict], b: dict[int, dict], seed: int = 0) -> dict[str, float]:
     """Paired statistics of policy B against policy A on their common goals (see the module docstring).
 
