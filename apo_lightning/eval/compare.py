@@ -57,6 +57,9 @@ def load_episodes(path: str | Path, method: str | None = None, split: str | None
 def common_goals(a: dict[int, dict], b: dict[int, dict]) -> tuple[dict[int, dict], dict[int, dict]]:
     """The episodes of A and of B restricted to the goals both cover, for ``compare --common-goals``.
 
+    Returns:
+        ``(a, b)``: the two ``{goal_index: record}`` maps on the shared goals, in goal order.
+
     Raises:
         ValueError: the two share no goal.
     """
