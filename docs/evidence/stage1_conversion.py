@@ -34,8 +34,8 @@ def main() -> None:
     rewards = read_rewards(args.vstar_table)
     stats = sample_statistics(rewards)  # the stage-1 statistics the run logged (N, pass@N), its checks on N
     n = int(stats["samples_per_goal"])
-    reached = [g for g, values in rewards.items() if any(r >= 1.0 for r in values)]
-    missed = [g for g, values in rewards.items() if not any(r >= 1.0 for r in values)]
+    reached = [g for g, values in rewards.items() if reaches(values)]
+    missed = [g for g, values in rewards.items() if not reaches(values)]
     print(f"{len(rewards)} goals, N = {n}: pass@{n} {stats[f'pass_at_{n}']:.1%} "
           f"({len(reached)} goals with a successful sample, {len(missed)} with none)\n")
     columns = [reached, missed]
@@ -45,7 +45,7 @@ def main() -> None:
         other = read_rewards(args.versus)
         if set(other) != set(rewards):
             raise ValueError(f"{args.versus} is a table on other goals than {args.vstar_table}")
-        only = [g for g in reached if not any(r >= 1.0 for r in other[g])]
+        only = [g for g in reached if not reaches(other[g])]
         columns.append(only)
         header += f" on the {len(only)} goals only this table reaches |"
     print(header + "\n|" + " --- |" * (len(columns) + 2))
@@ -64,6 +64,11 @@ def main() -> None:
             return f"{k} ({k / len(goals):.1%} [{low:.1%}, {high:.1%}])"
 
         print(f"| {results} | {cell(list(rewards))} | " + " | ".join(cell(goals) for goals in columns) + " |")
+
+
+def reaches(values: list[float]) -> bool:
+    """Whether some stage-1 sample of a goal succeeded: its reward is the full reward 1."""
+    return any(r >= 1.0 for r in values)
 
 
 def read_rewards(file: str) -> dict[int, list[float]]:
