@@ -120,6 +120,21 @@ def test_every_config_parses_and_instantiates(config):
     assert class_path.startswith("apo_lightning.")
 
 
+def test_bf16_on_a_cpu_without_bfloat16_instructions_warns(monkeypatch, caplog):
+    """``--trainer.precision=bf16-mixed`` on a CPU that emulates bfloat16 (5× slower, docs "Twenty-third session")
+    names the problem and the fix at parse time; float32, or a CPU with the instructions, stays silent."""
+    quickstart = str(REPO / "configs" / "quickstart.yaml")
+    extra = ["--trainer.devices=1", "--trainer.strategy=auto"]
+    for native, precision, warns in [(False, "bf16-mixed", True), (True, "bf16-mixed", False),
+                                     (False, "32-true", False)]:
+        monkeypatch.setattr("apo_lightning.lit.cli.native_bf16_on_cpu", lambda native=native: native)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="apo_lightning.lit.cli"):
+            parse(quickstart, extra=[*extra, f"--trainer.precision={precision}"])
+        messages = [r.getMessage() for r in caplog.records if r.name == "apo_lightning.lit.cli"]
+        assert any("without bfloat16 instructions" in m and "32-true" in m for m in messages) == warns, messages
+
+
 def test_the_two_hour_overlay_is_the_measured_run():
     """configs/webshop_1k_2h.yaml composes to the overrides of the run it records (docs/experiments.md, "Twelfth
     session"): a changed setting there would no longer reproduce the result in its header."""
