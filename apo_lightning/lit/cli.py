@@ -88,7 +88,8 @@ class APOLightningCLI(LightningCLI):
 
 def native_bf16_on_cpu() -> bool:
     """Whether this CPU has bfloat16 instructions (AVX512-BF16 or AMX), as torch's CPU kernels detect them."""
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(check() for check in checks if check is not None)  # private helpers of torch.cpu (2.13); absent: no
 
 
 def bf16_on_cpu_warning(precision, accelerator) -> str | None:
@@ -97,7 +98,8 @@ def bf16_on_cpu_warning(precision, accelerator) -> str | None:
 
     Without them torch emulates bfloat16: on a 2-core AVX2 machine ``benchmarks/training_throughput.py --settings
     short_pages bf16_mixed`` measured 0.395 trajectories/s under ``bf16-mixed`` against 2.032 in float32 (0.19×), and
-    a real-data A*-PO step took about 140 s against about 15 s (docs/experiments.md, "Twenty-third session"). On
+    a real-data A*-PO step of the two-hour recipe took about 127 s against about 26 s in float32 (docs/experiments.md,
+    "Twenty-third session"). On
     a CPU with them it made the loss's passes 1.6× faster ("Seventeenth session").
     """
     if precision is None or "bf16" not in str(precision):
