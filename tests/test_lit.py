@@ -95,6 +95,7 @@ OBJECTIVE_OVERLAYS = sorted((REPO / "configs" / "objective").glob("*.yaml"))
 OVERLAY_BASES = {"sft_quickstart_dart.yaml": ["sft_quickstart.yaml"],
                  "sft_quickstart_swap.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"],
                  "sft_quickstart_reader.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"],
+                 "sft_webshop_1k_stage0.yaml": ["sft_tiny_cpu.yaml"],
                  "webshop_1k_cpu.yaml": ["webshop_1k.yaml"],
                  "webshop_1k_2h.yaml": ["webshop_1k.yaml", "webshop_1k_cpu.yaml"]}
 
@@ -148,6 +149,21 @@ def test_the_two_hour_overlay_is_the_measured_run():
     assert model.hparams.learning_rate == 1e-4 and model.hparams.model_name_or_path == "models/webshop-1k-ref"
     timer = next(c for c in trainer.callbacks if isinstance(c, Timer))
     assert trainer.max_steps == 1000 and timer.time_remaining("train") == 102 * 60  # stage 2's 1 h 42 min
+
+
+def test_the_stage0_overlay_is_the_measured_sft_pass():
+    """configs/sft_webshop_1k_stage0.yaml composes to the command-line overrides of the SFT pass it records (docs,
+    "Twenty-second session": +3.6 points), so the file reproduces that run."""
+    sft = str(REPO / "configs" / "sft_tiny_cpu.yaml")
+    extra = ["--trainer.devices=1", "--trainer.strategy=auto"]
+    overlay = parse(*base_of(REPO / "configs" / "sft_webshop_1k_stage0.yaml"), extra=extra)
+    measured = parse(sft, extra=[*extra, "--model.model_name_or_path=models/webshop-1k-ref", "--data.tiny=null",
+                                 "--model.export_dir=data/models/webshop-1k-more", "--model.learning_rate=5e-4",
+                                 "--data.drills.steps=0", "--data.demo_epochs=1"])
+    assert overlay.model.hparams.learning_rate == 5e-4 and overlay.datamodule.tiny is None
+    assert dict(overlay.model.hparams) == dict(measured.model.hparams)
+    for name in ("model_name_or_path", "tiny", "drills", "demo_epochs", "num_demos", "batch_size", "seed"):
+        assert getattr(overlay.datamodule, name) == getattr(measured.datamodule, name), name
 
 
 def test_overlays_keep_the_base_callbacks_and_name_their_outputs():
