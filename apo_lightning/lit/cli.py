@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.cli import LightningCLI
 from transformers.utils import logging as transformers_logging
 
@@ -79,11 +80,16 @@ class APOLightningCLI(LightningCLI):
         torch.set_num_threads(config.num_threads)
         if config.run_name:
             name_outputs(config, config.run_name)
-        slow_bf16 = bf16_on_cpu_warning(config.trainer.precision, config.trainer.accelerator)
-        if slow_bf16:
-            logging.getLogger(__name__).warning(slow_bf16)
         if self.subcommand in ("validate", "test") and config.get("ckpt_path") == "best":
             config.ckpt_path = best_checkpoint(config)
+
+    def instantiate_classes(self) -> None:
+        """Instantiate as LightningCLI does, then warn about a bfloat16 precision on a CPU that emulates it, with the
+        accelerator as the Trainer resolved it (``auto`` included)."""
+        super().instantiate_classes()
+        slow_bf16 = bf16_on_cpu_warning(self.trainer.precision, isinstance(self.trainer.accelerator, CPUAccelerator))
+        if slow_bf16:
+            logging.getLogger(__name__).warning(slow_bf16)
 
 
 def native_bf16_on_cpu() -> bool:
@@ -92,20 +98,20 @@ def native_bf16_on_cpu() -> bool:
     return any(check() for check in checks if check is not None)  # private helpers of torch.cpu (2.13); absent: no
 
 
-def bf16_on_cpu_warning(precision, accelerator) -> str | None:
+def bf16_on_cpu_warning(precision: str, on_cpu: bool) -> str | None:
     """The warning for a bfloat16 ``trainer.precision`` that will run on a CPU without bfloat16 instructions, or
     None (float32, a GPU, or a CPU that has them).
 
     Without them torch emulates bfloat16: on a 2-core AVX2 machine ``benchmarks/training_throughput.py --settings
     short_pages bf16_mixed`` measured 0.395 trajectories/s under ``bf16-mixed`` against 2.032 in float32 (0.19×), and
     a real-data A*-PO step of the two-hour recipe took about 127 s against about 26 s in float32 (docs/experiments.md,
-    "Twenty-third session"). On
-    a CPU with them it made the loss's passes 1.6× faster ("Seventeenth session").
+    "Twenty-third session"). On a CPU with them it made the loss's passes 1.6× faster ("Seventeenth session").
+
+    Args:
+        precision: the Trainer's precision (``"bf16-mixed"``, ``"32-true"``, ...).
+        on_cpu: whether the Trainer's accelerator is the CPU.
     """
-    if precision is None or "bf16" not in str(precision):
-        return None
-    on_cpu = accelerator == "cpu" or (accelerator in (None, "auto") and not torch.cuda.is_available())
-    if not on_cpu or native_bf16_on_cpu():
+    if "bf16" not in precision or not on_cpu or native_bf16_on_cpu():
         return None
     return (f"trainer.precision={precision} on a CPU without bfloat16 instructions (no AVX512-BF16 or AMX): torch "
             "emulates bfloat16 here, about 5x slower than float32 (benchmarks/training_throughput.py); use "
