@@ -5,8 +5,9 @@
 # reference, each compared, paired, with the shipped reference's test (results/webshop-1k-ref-vc, made first by
 #   python cli.py test $C --model.method_name reference --run_name webshop-1k-ref-vc).
 # Usage, from the repository root:  bash docs/evidence/stage0_pipeline.sh SEED    (about 1 h 40 min on 2 CPU cores)
-# Run seeds 1 and 2 were run by these commands (seed 2's stage 2 and its test in a later session, from the same data/); run seed 0 (twenty-third session) by the same ones with the names
-# data/models/webshop-1k-more and webshop_1k_stage0_fp32 (no -s0 suffix).
+# Run seeds 1 and 2 were run by these commands (seed 2's stage 2 and tests in a later session, on the same data/);
+# run seed 0 (twenty-third session) by the same ones with the names data/models/webshop-1k-more and
+# webshop_1k_stage0_fp32 (no -s0 suffix).
 set -euo pipefail
 S=${1:?usage: stage0_pipeline.sh SEED}
 export APO_WEBSHOP_DATA=${APO_WEBSHOP_DATA:-../shared/webshop_data}
