@@ -1,5 +1,5 @@
 #!/bin/bash
-# The real-data pipeline of docs/experiments.md ("Twenty-third" and "Twenty-fourth session") at one run seed:
+# The real-data pipeline of docs/experiments.md ("Twenty-third" to "Twenty-fifth session") at one run seed:
 # stage 0 (one SFT pass from the shipped reference over the training goals' oracle demonstrations), stage 1 and
 # 50 minutes of A*-PO stage 2 from its result, float32; then the greedy test of the last checkpoint and of the SFT'd
 # reference, each compared, paired, with the shipped reference's test (results/webshop-1k-ref-vc, made first by
