@@ -3,7 +3,9 @@
 ``data/`` and ``results/`` do not survive a new working copy, so a later session cannot pair a new run with an old
 one unless the old run's per-goal outcomes are in the repository. This keeps, from each record of a results
 directory's ``episodes.jsonl``, only what ``python -m apo_lightning.eval compare`` reads (method, split, goal index,
-success, score), about 80 bytes a goal; ``compare`` accepts the written file in place of a results directory.
+success, score), about 90 bytes a goal; ``compare`` accepts the written file in place of a results directory.
+(``evaluate --save-outcomes`` writes another file, a reference card's replay record with its settings, which
+``compare`` does not read and ``cli.py test`` does not write.)
 
 Usage, from the repository root:
     python docs/evidence/outcomes.py results/<run> docs/evidence/outcomes/<run>.jsonl
