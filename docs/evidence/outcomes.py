@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
-from apo_lightning.eval.report import EPISODES_FILE
+from apo_lightning.eval.compare import load_episodes
+from apo_lightning.utils.files import atomic_write_text
 
 KEPT_FIELDS = ("method", "split", "goal_index", "success", "score")
 
@@ -27,20 +27,12 @@ def main(results_dir: str, out_file: str) -> None:
     """Write the kept fields of every record of ``results_dir/episodes.jsonl`` to ``out_file``, one JSON a line.
 
     Raises:
-        FileNotFoundError: ``results_dir`` holds no ``episodes.jsonl``.
+        FileNotFoundError, ValueError: as ``compare``'s ``load_episodes`` (no ``episodes.jsonl``; a goal twice).
     """
-    source = Path(results_dir) / EPISODES_FILE
-    if not source.is_file():
-        raise FileNotFoundError(f"{source} does not exist: give a results directory written by `cli.py test` or "
-                                "`python -m apo_lightning.eval evaluate --results-dir`")
-    lines = []
-    for line in source.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            record = json.loads(line)
-            lines.append(json.dumps({key: record[key] for key in KEPT_FIELDS}))
-    Path(out_file).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_file).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"{out_file}: {len(lines)} goals from {source}")
+    name, episodes = load_episodes(results_dir)
+    lines = [json.dumps({key: record[key] for key in KEPT_FIELDS}) for record in episodes.values()]
+    atomic_write_text(out_file, "\n".join(lines) + "\n")
+    print(f"{out_file}: {len(lines)} goals of {name} from {results_dir}")
 
 
 if __name__ == "__main__":
