@@ -34,6 +34,7 @@ from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
 from ..rollout.collate import collate_trajectories, pad_batch
 from ..rollout.engine import RolloutEngine, rollout_goals
+from ..rollout.relabel import OptionRelabeler
 from ..rollout.trajectory import Trajectory, regression_record, regression_trajectory
 from ..utils.hashing import hash_state_dict
 from ..utils.seeds import derive_seed
@@ -129,6 +130,10 @@ class WebShopRLDataModule(WebShopDataModule):
         anchor_goals: whose demonstrations the anchor draws from: "pool" (the training pool's goals, stage 1's) or
             "train" (every goal of the train split, as the reference's SFT did).
         demo_cache_dir: where those demonstrations are cached.
+        relabel: hindsight option relabeling (``rollout.relabel``): each fresh trajectory that bought its goal's
+            product is also replayed under a sibling training goal of that product (the goal whose options it
+            bought, or, for a success, another one), and the replay joins the batch as an extra regression row
+            with the original goal's V*. Only for objectives that use V*; synthetic goals only.
     """
 
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
@@ -138,7 +143,7 @@ class WebShopRLDataModule(WebShopDataModule):
                  train_eval_goals: int = 0, test_goals: int = 0, eval_batch_size: int = 32,
                  rollout: RolloutSettings = RolloutSettings(), vstar: VStarConfig = VStarConfig(),
                  anchor_demos: int = 0, anchor_goals: AnchorGoals = "pool",
-                 demo_cache_dir: str = "data/sft"):
+                 demo_cache_dir: str = "data/sft", relabel: bool = False):
         super().__init__()
         if anchor_goals not in get_args(AnchorGoals):
             raise ValueError(f"anchor_goals must be one of {get_args(AnchorGoals)}, got {anchor_goals!r}")
@@ -164,6 +169,8 @@ class WebShopRLDataModule(WebShopDataModule):
         self.anchor_demos = anchor_demos
         self.anchor_goals = anchor_goals
         self.demo_cache_dir = demo_cache_dir
+        self.relabel = relabel
+        self.relabeler: OptionRelabeler | None = None
         self.demos: list[dict] = []
         self.reference_samples: dict[str, list[dict]] = {}  # stage-1 trajectories, with vstar.reuse
         self.v_star: VStarTable | None = None
@@ -305,6 +312,14 @@ class WebShopRLDataModule(WebShopDataModule):
         if self.vstar.reuse and not self.objective.needs_v_star:
             raise ValueError(f"vstar.reuse adds stage-1 samples with their V*; the {self.objective.name} objective "
                              "has no stage 1: set vstar.reuse to 0")
+        if self.relabel and not self.objective.needs_v_star:
+            raise ValueError(f"relabel adds replays with their goal's V*; the {self.objective.name} objective has no "
+                             "stage 1: set relabel to false")
+        if self.relabel:
+            self.relabeler = OptionRelabeler(self.shop, self.env.split("train"))
+            if not self.relabeler.siblings:
+                raise ValueError("relabel needs goals whose options are a dict (synthetic goals); this catalog's "
+                                 "training goals have none")
         if self.objective.needs_v_star and self.v_star is None:
             self._set_v_star(self._load_vstar(), "stage 1")
             if self.vstar.goal_filter != "all":
@@ -365,11 +380,28 @@ class WebShopRLDataModule(WebShopDataModule):
         chosen = rng.sample(candidates, min(self.vstar.reuse, len(candidates)))
         return [regression_trajectory(g, record) for g, record in chosen]
 
+    def relabeled(self, trajectories: list[Trajectory], batch_number: int, engine: RolloutEngine
+                  ) -> tuple[list[Trajectory], list[int]]:
+        """With ``relabel``: the fresh trajectories replayed under a sibling training goal
+        (``rollout.relabel.OptionRelabeler``; the choice among siblings seeded by (run seed, rank, batch number)),
+        and for each kept replay the goal whose V* it takes (the original's). Empty without ``relabel``."""
+        if self.relabeler is None:
+            return [], []
+        rng = random.Random(derive_seed(self.seed, "relabel", self.rank, batch_number))
+        chosen = [(t, self.relabeler.target(t, rng)) for t in trajectories]
+        chosen = [(t, g) for t, g in chosen if g is not None]
+        replays = self.relabeler.replay(engine, self.env.envs(len(chosen)), [t for t, _ in chosen],
+                                        [g for _, g in chosen])
+        original = {g: t.goal_index for t, g in chosen}
+        return replays, [original[r.goal_index] for r in replays]
+
     def train_batch(self, batch_number: int) -> dict:
         """Training batch ``batch_number``: ``rollouts_per_goal`` fresh trajectories of the current policy for each
-        of this rank's goals, then ``vstar.reuse`` stage-1 reference trajectories (``reused_samples``), collated
+        of this rank's goals, then ``vstar.reuse`` stage-1 reference trajectories (``reused_samples``), then with
+        ``relabel`` the fresh ones' replays under sibling goals (``relabeled``), collated
         (``rollout.collate.collate_trajectories``; rows in that order), with per row ``v_star`` (B,) float32 (0
-        without V*) and ``group`` (B,) int64 (the goal's position in the batch; each reused row its own), and
+        without V*; a replay's is its original goal's) and ``group`` (B,) int64 (the goal's position in the batch;
+        each reused or replayed row its own), and
         ``trajectories`` (the fresh ones only, R ≤ B), ``rollout_seconds``, ``batch_number``, ``stage1`` (the sample
         statistics of a V* table made since the last batch, else None), and with ``anchor_demos`` a ``demos`` batch
         (``pad_batch``)."""
@@ -389,13 +421,16 @@ class WebShopRLDataModule(WebShopDataModule):
             trajectories = engine.rollout(self.env.envs(len(goal_list)), goal_list,
                                           seed=derive_seed(self.seed, "rollout", self.rank, batch_number))
         reused = self.reused_samples(batch_number)
-        rows = trajectories + reused
+        replays, replay_goals = self.relabeled(trajectories, batch_number, engine)
+        rows = trajectories + reused + replays
         batch = collate_trajectories(rows, tokenizer.pad_token_id)
-        row_goals = [t.goal_index for t in rows]
-        batch["v_star"] = (self.v_star.lookup(row_goals) if self.objective.needs_v_star
-                           else torch.zeros(len(row_goals)))
+        v_star_goals = [t.goal_index for t in trajectories + reused] + replay_goals
+        batch["v_star"] = (self.v_star.lookup(v_star_goals) if self.objective.needs_v_star
+                           else torch.zeros(len(v_star_goals)))
         batch["group"] = torch.cat([torch.arange(len(goals)).repeat_interleave(self.rollouts_per_goal),
-                                    len(goals) + torch.arange(len(reused))])
+                                    len(goals) + torch.arange(len(reused) + len(replays))])
+        if self.relabeler is not None:
+            batch["replays"] = replays
         batch.update(trajectories=trajectories, rollout_seconds=time.perf_counter() - start,
                      batch_number=batch_number, stage1=self._stage1_to_log)
         if self.anchor_demos:

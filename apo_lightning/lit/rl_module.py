@@ -221,6 +221,11 @@ class WebShopRLModule(LightningModule):
                 self.log(f"rollout/{name}", value, batch_size=n, sync_dist=True, prog_bar=name == "success_rate")
         self.log("rollout/trajectories_per_s", n / max(batch["rollout_seconds"], 1e-9), batch_size=n,
                  sync_dist=True, reduce_fx="sum")
+        if "replays" in batch:  # data.relabel: the replays under sibling goals that joined the batch
+            replays = batch["replays"]
+            self.log("relabel/rows", float(len(replays)), batch_size=n, sync_dist=True, reduce_fx="sum")
+            self.log("relabel/success_rate", sum(t.success for t in replays) / max(1, len(replays)), batch_size=n,
+                     sync_dist=True)
         if batch.get("stage1") and self.logger is not None and self.trainer.is_global_zero:
             self.logger.log_metrics({f"stage1/{k}": v for k, v in batch["stage1"].items()}, step=self.global_step)
         if self.hparams.text_every and self.global_step % self.hparams.text_every == 0:
