@@ -679,6 +679,39 @@ def test_stage1_samples_are_reused_as_regression_rows_with_their_v_star(workdir,
         fit(*run, "--data.vstar.reuse=3", "--model.algorithm=grpo")
 
 
+def test_relabeled_replays_join_the_batch_with_their_original_goals_v_star(workdir, monkeypatch):
+    from apo_lightning.baselines.demonstrations import OracleDemonstrator
+    from apo_lightning.rollout.engine import RolloutEngine
+
+    played = RolloutEngine.rollout
+
+    def oracle_plays(self, envs, goal_indices, seed, demonstrators=None):  # fresh rollouts by the oracle: successes
+        return played(self, envs, goal_indices, seed,
+                      demonstrators or [OracleDemonstrator() for _ in goal_indices])
+
+    monkeypatch.setattr(RolloutEngine, "rollout", oracle_plays)
+    # V* = the goal's index, so that a row's V* names the goal it was looked up for
+    monkeypatch.setattr(VStarTable, "lookup", lambda self, goals, device=None: torch.tensor([float(g) for g in goals]))
+    run = ["--trainer.max_steps=2", *NO_CHECKPOINTS, "--data.env.max_steps=15", "--data.rollout.max_new_tokens=64",
+           "--data.vstar.cache_dir=data/vstar-relabel"]
+    recorder = RowRecorder()
+    cli = fit(*run, "--data.relabel=true", callbacks=[recorder])
+    train, shop = set(cli.datamodule.env.split("train")), cli.datamodule.shop
+    replays = 0
+    for batch in recorder.rows:
+        fresh = batch["fresh"]
+        assert batch["packed"] == len(batch["reward"]) >= fresh
+        replays += len(batch["reward"]) - fresh
+        for goal, reward, v_star in zip(batch["goal"][fresh:], batch["reward"][fresh:], batch["v_star"][fresh:]):
+            assert goal in train and goal not in batch["goal"][:fresh] and reward < 1.0  # a sibling, where it fails
+            original = int(v_star)  # the goal whose V* the replay took: a fresh goal of the same product
+            assert original in batch["goal"][:fresh] and shop.goals[original]["asin"] == shop.goals[goal]["asin"]
+        assert len(set(batch["group"])) == len(batch["group"])  # each replay its own group
+    assert replays >= 2
+    with pytest.raises(ValueError, match="the grpo objective has no stage 1"):
+        fit(*run, "--data.relabel=true", "--model.algorithm=grpo")
+
+
 # ------------------------------------------------------------------------------------------------ skipped steps
 def test_non_finite_loss_skips_the_step(workdir, monkeypatch):
     from apo_lightning.apo.objectives import OBJECTIVES, apo
