@@ -71,7 +71,7 @@ def test_a_success_is_replayed_under_a_sibling_that_differs_in_fewest_options_an
         assert differ == fewest >= 1
     replays = relabeler.replay(engine, [WebShopEnv(shop, max_steps=15) for _ in chosen], [t for t, _ in chosen],
                                [g for _, g in chosen])
-    assert len(replays) == len(chosen)  # the rewritten search finds the same product here
+    assert len(replays) == len(chosen) and None not in replays  # the rewritten search finds the same product here
     for (t, g), r in zip(chosen, replays):
         new = shop.goals[g]
         assert r.goal_index == g and r.instruction == new["instruction_text"]
@@ -97,7 +97,7 @@ def test_a_wrong_option_purchase_is_replayed_under_the_training_goal_that_asks_f
         assert g == (wanted if wanted != t.goal_index else None)  # the goal asking for what was bought, or none
     replays = relabeler.replay(engine, [WebShopEnv(shop, max_steps=15) for _ in asked], [t for t, _ in asked],
                                [g for _, g in asked])
-    assert len(replays) == len(asked) and all(r.success and r.score == 1.0 for r in replays)
+    assert len(replays) == len(asked) and all(r is not None and r.success and r.score == 1.0 for r in replays)
 
 
 def test_a_replay_that_leads_elsewhere_is_dropped(engine, shop, relabeler, monkeypatch):
@@ -106,5 +106,5 @@ def test_a_replay_that_leads_elsewhere_is_dropped(engine, shop, relabeler, monke
     keep = relabeler.replies
     monkeypatch.setattr(relabeler, "replies", lambda t, g: ["<answer>search[zzzz qqqq]</answer>"] + keep(t, g)[1:])
     envs = [WebShopEnv(shop, max_steps=15) for _ in trajectories]
-    assert relabeler.replay(engine, envs, trajectories, targets) == []
+    assert relabeler.replay(engine, envs, trajectories, targets) == [None] * len(trajectories)
     assert relabeler.target(trajectories[0].__class__(goal_index=GOALS[0], instruction=""), random.Random(0)) is None

@@ -396,8 +396,8 @@ class WebShopRLDataModule(WebShopDataModule):
         chosen = [(t, g) for t, g in chosen if g is not None]
         replays = self.relabeler.replay(engine, self.env.envs(len(chosen)), [t for t, _ in chosen],
                                         [g for _, g in chosen])
-        original = {g: t.goal_index for t, g in chosen}
-        return replays, [original[r.goal_index] for r in replays]
+        kept = [(r, t.goal_index) for r, (t, _) in zip(replays, chosen) if r is not None]
+        return [r for r, _ in kept], [g for _, g in kept]
 
     def train_batch(self, batch_number: int) -> dict:
         """Training batch ``batch_number``: ``rollouts_per_goal`` fresh trajectories of the current policy for each

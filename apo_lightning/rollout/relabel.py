@@ -104,24 +104,25 @@ class OptionRelabeler:
         return replies
 
     def replay(self, engine: RolloutEngine, envs: Sequence, trajectories: Sequence[Trajectory],
-               new_goals: Sequence[int]) -> list[Trajectory]:
-        """Replay each trajectory under its new goal (``envs``: one per trajectory); keep the replays that
-        executed the same actions and bought the same product with the same options.
+               new_goals: Sequence[int]) -> list[Trajectory | None]:
+        """Replay each trajectory under its new goal (``envs``: one per trajectory).
 
         Returns:
-            The kept replays: tokens rendered by ``engine`` as its own rollouts are, every reply masked 1 with
-            log-prob 0 (``RolloutEngine.rollout``'s demonstrators), ``reward`` and ``score`` from the new goal.
+            One entry per trajectory, in order: its replay (tokens rendered by ``engine`` as its own rollouts are,
+            every reply masked 1 with log-prob 0, as ``RolloutEngine.rollout``'s demonstrators; ``reward`` and
+            ``score`` from the new goal), or None where the replay did not execute the same actions and buy the
+            same product with the same options (dropped).
         """
         if not trajectories:
             return []
         scripts = [iter(self.replies(t, g)) for t, g in zip(trajectories, new_goals)]
         replays = engine.rollout(list(envs)[: len(trajectories)], list(new_goals), seed=0,
                                  demonstrators=[lambda env, s=s: next(s, "") for s in scripts])
-        kept = []
+        kept: list[Trajectory | None] = []
         for old, new in zip(trajectories, replays):
-            same_turns = [(t.valid_action) for t in old.turns] == [(t.valid_action) for t in new.turns]
-            if same_turns and new.purchased is not None and old.purchased is not None and (
-                    new.purchased["asin"].upper() == old.purchased["asin"].upper()
-                    and _options_key(new.purchased["options"]) == _options_key(old.purchased["options"])):
-                kept.append(new)
+            same_turns = [t.valid_action for t in old.turns] == [t.valid_action for t in new.turns]
+            same_purchase = new.purchased is not None and old.purchased is not None and (
+                new.purchased["asin"].upper() == old.purchased["asin"].upper()
+                and _options_key(new.purchased["options"]) == _options_key(old.purchased["options"]))
+            kept.append(new if same_turns and same_purchase else None)
         return kept
