@@ -108,3 +108,16 @@ def test_a_replay_that_leads_elsewhere_is_dropped(engine, shop, relabeler, monke
     envs = [WebShopEnv(shop, max_steps=15) for _ in trajectories]
     assert relabeler.replay(engine, envs, trajectories, targets) == [None] * len(trajectories)
     assert relabeler.target(trajectories[0].__class__(goal_index=GOALS[0], instruction=""), random.Random(0)) is None
+
+
+def test_human_goals_have_no_siblings_and_relabeling_refuses_them_by_name(real_data_dir, monkeypatch):
+    from apo_lightning.lit import rl_data
+    from apo_lightning.lit.settings import EnvConfig
+
+    human = WebShop.load(real_data_dir, goals="human")
+    relabeler = OptionRelabeler(human, range(len(human.goals)))
+    assert human.goals and not relabeler.siblings  # human goals name their options in free text, not as a dict
+    monkeypatch.setattr(rl_data, "OptionRelabeler", lambda shop, goals: relabeler)  # as if the catalog were theirs
+    data = rl_data.WebShopRLDataModule(env=EnvConfig(data_dir=None), relabel=True)
+    with pytest.raises(ValueError, match="relabel needs goals whose options are a dict"):
+        data.setup("fit")
