@@ -17,6 +17,7 @@ from apo_lightning.models.tiny import TinyPolicySpec, build_tiny_model, train_ti
 from apo_lightning.rollout.chat import ChatFormat
 from apo_lightning.rollout.engine import RolloutEngine
 from apo_lightning.rollout.relabel import OptionRelabeler
+from apo_lightning.rollout.trajectory import Trajectory
 from apo_lightning.webshop import WebShop, WebShopEnv
 
 torch.set_num_threads(1)
@@ -107,7 +108,7 @@ def test_a_replay_that_leads_elsewhere_is_dropped(engine, shop, relabeler, monke
     monkeypatch.setattr(relabeler, "replies", lambda t, g: ["<answer>search[zzzz qqqq]</answer>"] + keep(t, g)[1:])
     envs = [WebShopEnv(shop, max_steps=15) for _ in trajectories]
     assert relabeler.replay(engine, envs, trajectories, targets) == [None] * len(trajectories)
-    assert relabeler.target(trajectories[0].__class__(goal_index=GOALS[0], instruction=""), random.Random(0)) is None
+    assert relabeler.target(Trajectory(goal_index=GOALS[0], instruction=""), random.Random(0)) is None  # no purchase
 
 
 def test_human_goals_have_no_siblings_and_relabeling_refuses_them_by_name(real_data_dir, monkeypatch):
