@@ -647,6 +647,19 @@ class RowRecorder(Callback):
                           "group": batch["group"].tolist(), "packed": packed_rows})
 
 
+class RelabelLogRecorder(Callback):
+    """Per training step with ``data.relabel``: this rank's replays and successes, and the logged ``relabel/rows``
+    and ``relabel/success_rate``."""
+
+    def __init__(self):
+        self.steps = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        replays, metrics = batch["replays"], trainer.callback_metrics
+        self.steps.append((len(replays), sum(t.success for t in replays), float(metrics["relabel/rows"]),
+                           float(metrics["relabel/success_rate"])))
+
+
 def test_stage1_samples_are_reused_as_regression_rows_with_their_v_star(workdir, monkeypatch):
     run = ["--trainer.max_steps=2", *NO_CHECKPOINTS, "--data.vstar.cache_dir=data/vstar-reuse"]
     plain = fit(*run)  # a V* table cached without its trajectories
@@ -692,10 +705,16 @@ def test_relabeled_replays_join_the_batch_with_their_original_goals_v_star(workd
     monkeypatch.setattr(RolloutEngine, "rollout", oracle_plays)
     # V* = the goal's index, so that a row's V* names the goal it was looked up for
     monkeypatch.setattr(VStarTable, "lookup", lambda self, goals, device=None: torch.tensor([float(g) for g in goals]))
+    # another rank that replayed 3 trajectories, all successes: its counts join this rank's in the strategy's sum
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+    other_rank = torch.tensor([3.0, 3.0])
+    identity = SingleDeviceStrategy.reduce
+    monkeypatch.setattr(SingleDeviceStrategy, "reduce", lambda self, tensor, *args, reduce_op=None, **kwargs: (
+        tensor + other_rank if reduce_op == "sum" and tensor.shape == (2,) else identity(self, tensor, *args, **kwargs)))
     run = ["--trainer.max_steps=2", *NO_CHECKPOINTS, "--data.env.max_steps=15", "--data.rollout.max_new_tokens=64",
            "--data.vstar.cache_dir=data/vstar-relabel"]
-    recorder = RowRecorder()
-    cli = fit(*run, "--data.relabel=true", callbacks=[recorder])
+    recorder, logged = RowRecorder(), RelabelLogRecorder()
+    cli = fit(*run, "--data.relabel=true", callbacks=[recorder, logged])
     train, shop = set(cli.datamodule.env.split("train")), cli.datamodule.shop
     replays = 0
     for batch in recorder.rows:
@@ -708,6 +727,10 @@ def test_relabeled_replays_join_the_batch_with_their_original_goals_v_star(workd
             assert original in batch["goal"][:fresh] and shop.goals[original]["asin"] == shop.goals[goal]["asin"]
         assert len(set(batch["group"])) == len(batch["group"])  # each replay its own group
     assert replays >= 2
+    # relabel/* pool the ranks' counts: rows summed, the success rate of all replays (not a mean of ranks' rates)
+    assert len(logged.steps) == 2
+    for here, successes_here, rows, success_rate in logged.steps:
+        assert rows == here + 3 and success_rate == pytest.approx((successes_here + 3) / (here + 3))
     with pytest.raises(ValueError, match="the grpo objective has no stage 1"):
         fit(*run, "--data.relabel=true", "--model.algorithm=grpo")
 

@@ -223,9 +223,13 @@ class WebShopRLModule(LightningModule):
                  sync_dist=True, reduce_fx="sum")
         if "replays" in batch:  # data.relabel: the replays under sibling goals that joined the batch
             replays = batch["replays"]
-            self.log("relabel/rows", float(len(replays)), batch_size=n, sync_dist=True, reduce_fx="sum")
-            self.log("relabel/success_rate", sum(t.success for t in replays) / max(1, len(replays)), batch_size=n,
-                     sync_dist=True)
+            # pooled over ranks (successes / rows), not a mean of per-rank rates: a rank may have no replays
+            counts = torch.tensor([len(replays), sum(t.success for t in replays)], dtype=torch.float32,
+                                  device=self.device)
+            rows, successes = self.trainer.strategy.reduce(counts, reduce_op="sum").tolist()
+            self.log("relabel/rows", rows, batch_size=n)
+            if rows:
+                self.log("relabel/success_rate", successes / rows, batch_size=n)
         if batch.get("stage1") and self.logger is not None and self.trainer.is_global_zero:
             self.logger.log_metrics({f"stage1/{k}": v for k, v in batch["stage1"].items()}, step=self.global_step)
         if self.hparams.text_every and self.global_step % self.hparams.text_every == 0:
