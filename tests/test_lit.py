@@ -708,9 +708,14 @@ def test_relabeled_replays_join_the_batch_with_their_original_goals_v_star(workd
     # another rank that replayed 3 trajectories, all successes: its counts join this rank's in the strategy's sum
     from lightning.pytorch.strategies import SingleDeviceStrategy
     other_rank = torch.tensor([3.0, 3.0])
-    identity = SingleDeviceStrategy.reduce
-    monkeypatch.setattr(SingleDeviceStrategy, "reduce", lambda self, tensor, *args, reduce_op=None, **kwargs: (
-        tensor + other_rank if reduce_op == "sum" and tensor.shape == (2,) else identity(self, tensor, *args, **kwargs)))
+    original_reduce = SingleDeviceStrategy.reduce
+
+    def reduce_with_another_rank(self, tensor, *args, reduce_op=None, **kwargs):
+        if reduce_op == "sum" and tensor.shape == (2,):  # the relabel counts (rows, successes)
+            return tensor + other_rank
+        return original_reduce(self, tensor, *args, reduce_op=reduce_op, **kwargs)
+
+    monkeypatch.setattr(SingleDeviceStrategy, "reduce", reduce_with_another_rank)
     run = ["--trainer.max_steps=2", *NO_CHECKPOINTS, "--data.env.max_steps=15", "--data.rollout.max_new_tokens=64",
            "--data.vstar.cache_dir=data/vstar-relabel"]
     recorder, logged = RowRecorder(), RelabelLogRecorder()

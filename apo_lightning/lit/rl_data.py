@@ -136,9 +136,9 @@ class WebShopRLDataModule(WebShopDataModule):
             with the original goal's V*. Only for objectives that use V*, and for synthetic goals (the default on
             both catalogs), whose options are a dict. Measured on the quick start (docs/experiments.md,
             "Twenty-ninth session"): no gain in 24 steps (test −1.0 and −1.5 points at run seeds 0 and 1; −1.0 with
-            the success reward, as without it), and on the longer recipe (256 goals, 96 steps) the run ran away (KL above 1 nat at
-            every step from 66, 104 at step 94; test −5.5 points) where the same run without it did not (median
-            KL of the last 30 steps 0.79 nats).
+            the success reward, as without it), and on the longer recipe (256 goals, 96 steps) the run ran away
+            (KL above 1 nat at every step from 66, 104 at step 94; test −5.5 points) where the same run without it
+            did not (median KL of the last 30 steps 0.79 nats).
     """
 
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
