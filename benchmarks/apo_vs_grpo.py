@@ -44,7 +44,7 @@ def worker(args: argparse.Namespace) -> None:
 
     timer = StepTimer()
     overrides = [
-        f"--model.model_name_or_path={args.model}", f"--model.algorithm={args.worker}",
+        f"--model.model_name_or_path={args.model}", f"--model.objective={args.worker.upper()}",
         f"--data.env.data_dir={args.data_dir}" if args.data_dir else "--data.env.data_dir=null",
         f"--data.batch_size={args.goals}", f"--data.train_goals={args.train_goals}",
         f"--data.steps_per_epoch={args.steps}", f"--trainer.max_steps={args.steps}",

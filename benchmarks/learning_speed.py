@@ -79,17 +79,17 @@ def fit(setting: str, name: str, seed: int, workdir: Path, processes: int, threa
 def run(args: argparse.Namespace, objective: str, seed: int, workdir: Path) -> dict:
     """One training run; returns its figures."""
     setting = SETTINGS[args.setting]
-    goals = setting["goals"] // (setting["group"] if objective == "grpo" else 1)
-    per_step = goals * (setting["group"] if objective == "grpo" else 1) * args.processes
+    goals = setting["goals"] // (setting["group"] if objective == "GRPO" else 1)
+    per_step = goals * (setting["group"] if objective == "GRPO" else 1) * args.processes
     steps = args.trajectories // per_step
-    if args.refresh_every and objective != "grpo":  # refresh rollouts: train_goals x N every refresh_every steps
+    if args.refresh_every and objective != "GRPO":  # refresh rollouts: train_goals x N every refresh_every steps
         refresh_cost = args.train_goals * args.refresh_samples
         steps = int(args.trajectories // (per_step + refresh_cost / args.refresh_every))
-    overrides = [f"--model.algorithm={objective}", f"--data.batch_size={goals}", f"--trainer.max_steps={steps}",
+    overrides = [f"--model.objective={objective}", f"--data.batch_size={goals}", f"--trainer.max_steps={steps}",
                  f"--data.steps_per_epoch={steps}", *args.extra]
-    if objective == "grpo":
-        overrides.append(f"--model.grpo.group_size={setting['group']}")
-    if args.refresh_every and objective != "grpo":
+    if objective == "GRPO":
+        overrides.append(f"--model.objective.group_size={setting['group']}")
+    if args.refresh_every and objective != "GRPO":
         overrides += [f"--data.vstar.refresh_every={args.refresh_every}",
                       f"--data.vstar.num_samples={args.refresh_samples}"]
     seconds, values = fit(args.setting, f"{objective}-{seed}", seed, workdir, args.processes, args.threads,
@@ -106,7 +106,8 @@ def run(args: argparse.Namespace, objective: str, seed: int, workdir: Path) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="quickstart")
-    parser.add_argument("--objectives", nargs="+", default=["apo", "grpo"])
+    parser.add_argument("--objectives", nargs="+", default=["APO", "GRPO"],
+                        help="objective classes of apo_lightning.apo.objectives (APO, GRPO, KLPG, AWR)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--trajectories", type=int, default=960, help="stage-2 trajectories per run (all ranks)")
     parser.add_argument("--train-goals", type=int, default=16)
@@ -115,7 +116,8 @@ def main() -> None:
     parser.add_argument("--refresh-every", type=int, default=0, help="A*-PO V* refresh every K steps (0 = none)")
     parser.add_argument("--refresh-samples", type=int, default=4)
     parser.add_argument("--workdir", default=None, help="keep the runs' logs here (default: a temporary folder)")
-    parser.add_argument("extra", nargs="*", help="more cli.py overrides for every run, e.g. --model.apo.beta2=0.5")
+    parser.add_argument("extra", nargs="*",
+                        help="more cli.py overrides for every run, e.g. --model.objective.beta2=0.5")
     args = parser.parse_args()
     results = []
     with run_folder(args.workdir) as workdir:

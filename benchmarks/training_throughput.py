@@ -47,7 +47,7 @@ SETTINGS["bf16_mixed"] = [*SETTINGS["short_pages"], "--trainer.precision=bf16-mi
 
 def run(args: argparse.Namespace, name: str, workdir: Path) -> dict:
     """Train one setting; returns its figures."""
-    overrides = ["--model.algorithm=apo", f"--data.batch_size={args.batch_size}", f"--trainer.max_steps={args.steps}",
+    overrides = ["--model.objective=APO", f"--data.batch_size={args.batch_size}", f"--trainer.max_steps={args.steps}",
                  f"--data.steps_per_epoch={args.steps}", f"--data.vstar.num_samples={args.vstar_samples}",
                  *SETTINGS[name], *args.extra]
     seconds, values = fit(args.setting, name, args.seed, workdir, args.processes, args.threads, args.train_goals,

@@ -34,10 +34,10 @@ from apo_lightning.webshop.catalog import (
     WebShopDataError,
     load_doc_tokens,
     load_products,
-    read_json,
     search_document,
     text_hash,
 )
+from apo_lightning.utils.files import read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCE = ROOT.parent / "shared" / "webshop_data"
@@ -72,7 +72,8 @@ def build(source: Path) -> dict[str, bytes]:
                                "the shared WebShop folder")
     products = load_products(files, human_goals=False)
     tokens = load_doc_tokens(files.doc_tokens)
-    nouns = {k: v for k, v in read_json(files.title_nouns, dict, "{asin: [nouns]}").items() if k != "_meta"}
+    noun_table = read_json(files.title_nouns, dict, "{asin: [nouns]}", WebShopDataError)
+    nouns = {k: v for k, v in noun_table.items() if k != "_meta"}
     documents = {p["asin"]: search_document(p) for p in products}
     docs_file = source / "webshop_1k_search_docs.jsonl"
     if docs_file.is_file():  # the text the analyzer ran on is the index's `contents`: make sure ours is the same
@@ -91,7 +92,7 @@ def build(source: Path) -> dict[str, bytes]:
                 "Lucene 9.5), text = catalog.search_document(product)",
         "source": _source_meta(files.doc_tokens), "hash": HASH_RULE, "products": len(documents)}}]
     token_lines += [{"id": a, "text_hash": text_hash(text), "tokens": tokens[a]} for a, text in documents.items()]
-    noun_meta = dict(read_json(files.title_nouns, dict, "{asin: [nouns]}").get("_meta", {}))
+    noun_meta = dict(noun_table.get("_meta", {}))
     noun_lines: list[dict] = [{"_meta": {
         "what": "spaCy nouns of each product's name, text = product['name']", "source": _source_meta(files.title_nouns),
         "hash": HASH_RULE, "products": len(products), "table_meta": noun_meta}}]

@@ -20,6 +20,7 @@ from apo_lightning.rollout.chat import (
     render_page,
 )
 from apo_lightning.baselines.scripted import OraclePolicy
+from apo_lightning.utils.hashing import cache_key
 from apo_lightning.webshop import WebShop, WebShopEnv
 
 
@@ -352,15 +353,19 @@ def test_episode_reward_score_or_success_plus_the_format_penalty():
     assert success.episode_reward(1.0, 0) == 1.0
     assert success.episode_reward(1.0, 2) == pytest.approx(0.8)
     assert success.episode_reward(0.0, 1) == pytest.approx(-0.1)  # no purchase
-    strict = ChatFormat(reward="success", invalid_action_penalty=-0.05)
-    assert strict.episode_reward(1.0, 1, 2) == pytest.approx(1.0 - 0.1 - 0.1)
-    assert strict.episode_reward(0.0, 0, 8) == pytest.approx(-0.4)  # a click off the page, then `buy now` x 7
-    assert success.episode_reward(0.0, 0, 8) == 0.0  # no invalid-action penalty unless asked for
 
 
-def test_cache_key_parts_hold_the_invalid_action_penalty_only_when_set():
-    assert "invalid_action_penalty" not in ChatFormat().key_parts()  # caches made before it keep their keys
+def test_cache_key_parts_hold_every_setting_and_keep_the_cached_keys():
     assert ChatFormat().key_parts() == {**ChatFormat(format_penalty=-0.2).key_parts(), "format_penalty": -0.1}
-    assert ChatFormat(invalid_action_penalty=-0.05).key_parts()["invalid_action_penalty"] == -0.05
-    with pytest.raises(ValueError, match="reward must be one of"):
-        ChatFormat(reward="won")
+    assert set(ChatFormat().key_parts()) == set(ChatFormat.__dataclass_fields__)
+    # the key of the default format, as the V* and demonstration caches on disk were stored under
+    assert cache_key(ChatFormat().key_parts()) == "63e40c4ff5efbb4beb5fcdd0d34383cc66f5f8df6fbd40b4eac958596beb6a04"
+
+
+def test_a_setting_out_of_range_is_named_as_its_key_with_its_value():
+    for settings, message in ((dict(reward="won"), "chat.reward must be one of ('score', 'success'), got 'won'"),
+                              (dict(context_budget=10), "chat.context_budget must be >= 64 (tokens), got 10"),
+                              (dict(history_turns=-1), "chat.history_turns must be None or >= 0, got -1")):
+        with pytest.raises(ValueError) as raised:
+            ChatFormat(**settings)
+        assert str(raised.value) == message

@@ -19,7 +19,7 @@ import torch
 from apo_lightning.apo.logprobs import token_logprobs
 from apo_lightning.models.loading import load_policy
 from apo_lightning.rollout.collate import collate_trajectories
-from apo_lightning.rollout.constrained import ClickConstraint, click_continuations, open_click
+from apo_lightning.rollout.constrained import ClickConstraint, open_click
 from apo_lightning.rollout.engine import RolloutEngine
 from apo_lightning.webshop import WebShop, WebShopEnv
 
@@ -65,20 +65,9 @@ def test_the_mask_allows_exactly_the_tokens_that_stay_on_the_page(policy):
     assert constraint.allowed("<answer>search[", page) is None
 
 
-def test_continuations_list_the_clickables_a_click_can_still_become():
-    page = ["search", "Back to Search", "next >", "B0NXDJPZDM", "b0nxdjpzdm", "B0SR7R6JSG"]
-    assert click_continuations("<answer>click", page) == [
-        ("Back to Search", "[Back to Search]"), ("next >", "[next >]"), ("B0NXDJPZDM", "[B0NXDJPZDM]"),
-        ("B0SR7R6JSG", "[B0SR7R6JSG]")]
-    assert click_continuations("<answer>click [b0n", page) == [("B0NXDJPZDM", "XDJPZDM]")]
-    assert click_continuations("<answer>click[zzz", page) == []
-    assert click_continuations("<answer>search[", page) is None
-
-
-def play(policy, shop, goals, valid_clicks, click_choice="token"):
+def play(policy, shop, goals, valid_clicks):
     model, tokenizer = policy
-    engine = RolloutEngine(model, tokenizer, max_new_tokens=64, greedy=True, valid_clicks=valid_clicks,
-                           click_choice=click_choice)
+    engine = RolloutEngine(model, tokenizer, max_new_tokens=64, greedy=True, valid_clicks=valid_clicks)
     envs = [WebShopEnv(shop, max_steps=10) for _ in goals]
     return engine, engine.rollout(envs, [shop.split("test")[g] for g in goals], seed=0)
 
@@ -106,43 +95,3 @@ def test_valid_clicks_turn_refused_product_clicks_into_clicks_on_the_page(policy
     logp = token_logprobs(logits, batch["input_ids"])  # (S, T)
     sampled = batch["gen_mask"] == 1
     assert (logp[sampled] - batch["old_logp"][sampled]).abs().max().item() < 1e-4
-
-
-def test_sequence_choice_clicks_the_clickable_the_policy_rates_highest(policy, shop):
-    """With ``click_choice="sequence"`` each click goes to the page's clickable whose whole remaining text has the
-    highest log π after the reply's prefix, recomputed here with plain forward passes of every candidate."""
-    model, tokenizer = policy
-    engine, trajectories = play(policy, shop, REFUSED_FIRST_CLICK, valid_clicks=True, click_choice="sequence")
-    checked = not_first = 0
-    for goal, trajectory in zip(REFUSED_FIRST_CLICK, trajectories):
-        assert len(trajectory.segments) == 1
-        segment = trajectory.segments[0]
-        mask = segment.gen_mask
-        starts = [i for i in range(len(mask)) if mask[i] and (i == 0 or not mask[i - 1])]
-        env = WebShopEnv(shop, max_steps=10)
-        env.reset(shop.split("test")[goal])
-        for turn, start in zip(trajectory.turns, starts):
-            reply = [segment.token_ids[start]]
-            while start + len(reply) < len(mask) and mask[start + len(reply)]:
-                reply.append(segment.token_ids[start + len(reply)])
-            page = env.available_actions()["clickables"]
-            for n in range(len(reply) + 1):  # the first prefix of the reply inside a click argument
-                options = click_continuations(tokenizer.decode(reply[:n], skip_special_tokens=True), page)
-                if options is not None:
-                    break
-            if options:
-                context = segment.token_ids[:start + n]
-                scores = []
-                for _, rest in options:
-                    ids = tokenizer.encode(rest, add_special_tokens=False)
-                    with torch.no_grad():
-                        logits = model(input_ids=torch.tensor([context + ids])).logits.float()
-                    logp = torch.log_softmax(logits[0, len(context) - 1:-1], dim=-1)
-                    scores.append(logp[torch.arange(len(ids)), torch.tensor(ids)].sum().item())
-                best = max(range(len(options)), key=scores.__getitem__)
-                assert turn.action.lower() == "click[" + options[best][0].lower() + "]", (turn.action, options, scores)
-                assert turn.valid_action
-                checked += 1
-                not_first += best != 0
-            env.step(turn.action or "")
-    assert checked >= 6 and not_first >= 2  # several clicks, and not merely the page's first clickable

@@ -1,8 +1,7 @@
-"""Turn drills: format, masking, splicing, and the exact-copy check. (That training on them lowers the drill loss
-is tested through the Trainer, in test_lit.py.)"""
+"""Turn drills: format, masking, splicing, value swaps, the exact-copy check and the drill settings' range checks.
+(That training on them lowers the drill loss is tested through the Trainer, in test_lit.py.)"""
 
 import random
-import re
 
 import pytest
 import torch
@@ -78,7 +77,7 @@ class _Copier(torch.nn.Module):
         rng = random.Random(1)  # the draws copy_accuracy makes (its default seed)
         for kind in DRILL_PAGES:
             for _ in range(per_kind):
-                drill = drills.draw(rng, kind=kind, splice=False, swap=swapped, asin_swap=swapped)
+                drill = drills.draw(rng, kind=kind, splice=False, swap=swapped)
                 first = drill["gen_mask"].index(1)
                 self.answers[tuple(drill["input_ids"][:first])] = drill["input_ids"][first:]
 
@@ -120,28 +119,7 @@ def test_a_value_swap_drill_asks_for_and_clicks_a_value_the_product_does_not_hav
     assert swapped >= 5
 
 
-def test_an_asin_swap_drill_clicks_a_new_asin_shown_where_the_product_was(drills, tokenizer):
-    swapped = 0
-    for seed in range(20):
-        plain = drills.draw(random.Random(seed), kind="search_results", asin_swap=False)
-        drill = drills.draw(random.Random(seed), kind="search_results", asin_swap=True)
-        first, new_first = plain["gen_mask"].index(1), drill["gen_mask"].index(1)
-        prompt, new_prompt = tokenizer.decode(plain["input_ids"][:first]), tokenizer.decode(drill["input_ids"][:new_first])
-        action = parse_reply(tokenizer.decode(plain["input_ids"][first:], skip_special_tokens=True)).action
-        new_action = parse_reply(tokenizer.decode(drill["input_ids"][new_first:], skip_special_tokens=True)).action
-        if not action.startswith("click[") or action[6:-1].upper() not in drills.catalog_asins:
-            assert new_prompt == prompt and new_action == action  # pages on: nothing to swap
-            continue
-        old, new = action[6:-1], new_action[6:-1]
-        assert new.upper() not in drills.catalog_asins and new.upper() != old.upper()
-        # the page is the same page with the one ASIN replaced, everywhere it appears, and nowhere else changed
-        assert old.upper() not in new_prompt.upper() and f"[{new}]" in new_prompt
-        assert re.sub(re.escape(new), old, new_prompt, flags=re.IGNORECASE).upper() == prompt.upper()
-        swapped += 1
-    assert swapped >= 10
-
-
-def test_drill_settings_reject_an_unknown_page_kind_and_a_swap_probability_outside_0_1():
+def test_drill_settings_name_the_setting_and_value_out_of_range(drills):
     from apo_lightning.lit.sft_data import DrillSettings
 
     assert DrillSettings(kinds=["item_page"], swap_values=0.5).kinds == ["item_page"]
@@ -149,7 +127,11 @@ def test_drill_settings_reject_an_unknown_page_kind_and_a_swap_probability_outsi
         DrillSettings(kinds=["cart"])
     with pytest.raises(ValueError, match="kinds"):
         DrillSettings(kinds=[])
-    with pytest.raises(ValueError, match="swap_values"):
-        DrillSettings(swap_values=1.5)
-    with pytest.raises(ValueError, match="swap_asins"):
-        DrillSettings(swap_asins=-0.1)
+    with pytest.raises(ValueError, match=r"^drills.swap_values must be in \[0, 1\], got 2$"):
+        DrillSettings(swap_values=2)
+    with pytest.raises(ValueError, match=r"^drills.batch_size must be >= 1, got 0$"):
+        DrillSettings(batch_size=0)
+    with pytest.raises(ValueError, match=r"^drills.steps must be >= 0, got -1$"):
+        DrillSettings(steps=-1)
+    with pytest.raises(ValueError, match=r"^swap must be in \[0, 1\], got 1.5$"):
+        TurnDrills(drills.shop, ChatFormat(), drills.tokenizer, [1500], swap=1.5)

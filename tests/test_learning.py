@@ -1,27 +1,22 @@
 """A*-PO learns: a sanity check of the whole loop, through the real data module and module, from the quick start's
 shipped reference policy, in the fast suite.
 
-The setting: six training goals of six different products of the synthetic catalog on which the reference opens the
-goal's own product but clicks the goal's options right only by chance (goals 1500, 1518, 1646, 1695, 1795, 1885,
-from a sampling scan of 400 training goals, 8 samples each at temperature 1: ``docs/evidence/option_goals_scan.py``),
-the success reward, V* at the mean of π_ref's 8 stage-1 samples per goal (β1 100; see ``VStarConfig.beta1``), β2
-0.1, lr 3e-4, 12 trajectories a step (each goal twice), rollouts at temperature 1 with top-p 0.9, stage 1 at
-temperature 1 without top-p. Top-p keeps the option choices the reference is unsure of and drops the low-probability
-tails that misspell an ASIN at temperature 1: without it the same setting plateaus at 0.80–0.88 at every seed,
-because a misspelled product click is never recovered from. Stage 1 stays at plain temperature 1 on purpose: its
-V* (the mean of those samples) is then below what the top-p sampler earns, so a success's advantage is large and a
-failure's small; with stage 1 at top-p 0.9 too, V* of goal 1695 is 0.62 and 0.75 at run seeds 1 and 2 (0.38 and
-0.12 at temperature 1), its failures are (likely) pushed down harder than its successes are pulled up, and the goal
-collapses to 0.12 at both seeds (docs/experiments.md, "Learning sanity setting").
+The setting (``lit.fixed_goals``; docs/experiments.md, "Learning sanity setting"): six training goals of six
+different products of the synthetic catalog on which the reference opens the goal's own product but clicks the
+goal's options right only by chance (goals 1500, 1518, 1646, 1695, 1795, 1885, from a sampling scan of training
+goals at temperature 1), the success reward, V* at the mean of π_ref's 8 stage-1 samples per goal (β1 100; see
+``VStarConfig.beta1``), β2 0.1, lr 3e-4, 12 trajectories a step (each goal twice), rollouts at temperature 1 with
+top-p 0.9, stage 1 at temperature 1 without top-p. Top-p drops the low-probability tails that misspell an ASIN (a
+misspelled product click is never recovered from); stage 1 stays at plain temperature 1 so that its V* (the mean of
+those samples) lies below what the top-p sampler earns.
 
 A*-PO's sampled success rate must go from the reference's level on these goals (its 48 stage-1 samples at
-temperature 1, which the test asserts ≤ 0.75: 0.42–0.56 at run seeds 0–5; at top-p 0.9, step 1 before any update:
-0.42 to 0.75 at run seeds 0–5, 0.74 over the 144 trajectories of a run with the gradient zeroed) to at least 0.9 (the
-mean of steps 9–12: 1.00 at run seeds 0–5, about 80 s each) — and the test fails when the loss's sign is flipped
-(0.00) or the gradient is zeroed (0.71): ``APO_SANITY_BREAK=sign`` or ``zero``. ``APO_SANITY_SEED`` picks the run
-seed (default 0).
+temperature 1, asserted ≤ 0.75) to at least 0.9 (the mean of steps 9–12); the test fails when the loss's sign is
+flipped or the gradient is zeroed: ``APO_SANITY_BREAK=sign`` or ``zero``. ``APO_SANITY_SEED`` picks the run seed
+(default 0).
 """
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -45,11 +40,12 @@ def test_a_star_po_learns_the_option_clicks_the_reference_gets_right_by_chance(t
     rl = build_cli(["--config", str(REPO / "configs" / "quickstart.yaml"), *SETTING, f"--seed_everything={seed}"],
                    run=False)
     if os.environ.get("APO_SANITY_BREAK") == "sign":
-        from apo_lightning.apo.objectives import apo
+        class Flipped(type(rl.model.objective)):  # the configured A*-PO with its loss's sign flipped
+            def loss(self, batch):
+                loss, stats = super().loss(batch)
+                return -loss, stats
 
-        flipped = apo.OBJECTIVE.__class__(**{**apo.OBJECTIVE.__dict__,
-                                             "loss": lambda b, s: (-apo._loss(b, s)[0], apo._loss(b, s)[1])})
-        rl.model.objective = flipped
+        rl.model.objective = Flipped(**dataclasses.asdict(rl.model.objective))
     if os.environ.get("APO_SANITY_BREAK") == "zero":
         rl.model.on_after_backward = lambda: [p.grad.zero_() for p in rl.model.policy.parameters()
                                               if p.grad is not None]
@@ -58,7 +54,8 @@ def test_a_star_po_learns_the_option_clicks_the_reference_gets_right_by_chance(t
     rl.trainer.fit(rl.model, rl.datamodule)
     assert rl.trainer.global_step == STEPS
     assert rl.datamodule.goal_pool == GOALS
-    stage_1 = [r for rewards in rl.datamodule.v_star.rewards.values() for r in rewards]  # π_ref, 48 samples at T 1
+    # π_ref's 48 stage-1 samples at temperature 1
+    stage_1 = [r for rewards in rl.datamodule.stage1.table.rewards.values() for r in rewards]
     start = sum(r >= 0.9 for r in stage_1) / len(stage_1)  # a success earns 1 (less 0.1 per malformed reply)
     end = sum(success.per_step[-4:]) / 4
     print(f"sampled success: π_ref's stage-1 samples {start:.2f}, step 1 {success.per_step[0]:.2f}, steps "

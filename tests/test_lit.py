@@ -8,6 +8,7 @@ maximum) A*-PO's advantage is about 0 and nothing moves. Tests that need the par
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -94,7 +95,6 @@ OBJECTIVE_OVERLAYS = sorted((REPO / "configs" / "objective").glob("*.yaml"))
 #: the configs each overlay outside configs/objective/ goes on top of (its header's command)
 OVERLAY_BASES = {"sft_quickstart_dart.yaml": ["sft_quickstart.yaml"],
                  "sft_quickstart_swap.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"],
-                 "sft_quickstart_reader.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"],
                  "sft_webshop_1k_stage0.yaml": ["sft_tiny_cpu.yaml"],
                  "webshop_1k_cpu.yaml": ["webshop_1k.yaml"],
                  "webshop_1k_2h.yaml": ["webshop_1k.yaml", "webshop_1k_cpu.yaml"]}
@@ -142,7 +142,7 @@ def test_the_two_hour_overlay_is_the_measured_run():
     composed = parse(*base_of(REPO / "configs" / "webshop_1k_2h.yaml"),
                      extra=["--trainer.devices=1", "--trainer.strategy=auto"])
     data, model, trainer = composed.datamodule, composed.model, composed.trainer
-    assert (data.rollout.valid_clicks, data.rollout.click_choice, data.chat.reward) == (True, "token", "success")
+    assert (data.rollout.valid_clicks, data.chat.reward) == (True, "success")
     assert (data.vstar.beta1, data.vstar.reuse, data.vstar.num_samples, data.vstar.temperature) == (100.0, 8, 4, 0.5)
     assert (data.train_goals, data.steps_per_epoch, data.val_goals, data.rollout.temperature) == (1024, 25, 200, 0.5)
     assert data.vstar.goal_filter == "all"  # "nonzero" measured +2.4 against +4.4 (docs, "Thirteenth session")
@@ -182,24 +182,29 @@ def test_overlays_keep_the_base_callbacks_and_name_their_outputs():
         assert export.out_dir == str(Path("data/models") / run_name)
         assert composed.model.hparams.results_dir == str(Path("results") / run_name)
         name = overlay.stem if overlay.parent.name == "objective" else "apo"
-        assert composed.model.objective.name == composed.datamodule.objective.name == name  # linked
-        assert composed.datamodule.objective.needs_v_star == (name != "grpo")
+        assert composed.model.objective.name == name
+        assert composed.datamodule.needs_v_star == (name != "grpo")  # linked from the objective
         assert composed.datamodule.rollouts_per_goal == (4 if name == "grpo" else 1)
     kl_pg = parse(*base_of(REPO / "configs" / "objective" / "kl_pg.yaml"))
     assert kl_pg.trainer.gradient_clip_val == 0.5 and base.trainer.gradient_clip_val == 1.0
 
 
-def test_print_config_shows_each_objectives_settings_with_their_docs(capsys):
+@pytest.mark.parametrize("objective, settings, doc", [
+    ("APO", ("beta2:", "entropy_coef:"), "# the stage-2 KL temperature β2"),
+    ("GRPO", ("group_size:", "clip_eps:", "beta_kl:", "scale_advantages:"), "# rollouts per goal G"),
+    ("KLPG", ("beta:", "kl_coef:", "clip:"), "# The seed project's KL-anchored policy gradient"),
+    ("AWR", ("weighting:", "tau:", "max_weight:", "kl_coef:"), "# Advantage-weighted SFT")])
+def test_print_config_shows_the_objectives_settings_with_their_docs(capsys, objective, settings, doc):
     with pytest.raises(SystemExit):
-        build_cli(["fit", "--print_config=comments", "--config", str(REPO / "configs" / "webshop_1k.yaml")])
+        build_cli(["fit", "--print_config=comments", "--config", str(REPO / "configs" / "webshop_1k.yaml"),
+                   f"--model.objective={objective}"])
     printed = capsys.readouterr().out
-    for setting in ("beta2:", "group_size:", "kl_coef:", "weighting:", "clip:"):
-        assert setting in printed
-    assert "# KL-anchored policy-gradient settings" in printed and "# the stage-2 KL temperature" in printed
+    assert f"class_path: apo_lightning.apo.objectives.{objective}" in printed
+    assert all(setting in printed for setting in settings) and doc in printed
 
 
 def test_a_wrong_choice_fails_at_parse_time():
-    for bad in ("--model.algorithm=ppo", "--data.chat.reward=won", "--data.env.observation_mode=html",
+    for bad in ("--model.objective=PPO", "--data.chat.reward=won", "--data.env.observation_mode=html",
                 "--model.dtype=float64", "--data.env.split_scheme=random"):
         with pytest.raises(SystemExit):
             parse(SMOKE, extra=[bad])
@@ -253,53 +258,6 @@ def test_train_eval_goals_validate_the_training_pool_beside_the_validation_goals
     assert "train_goals/success_rate" not in cli.trainer.callback_metrics
 
 
-def test_demonstration_anchor_draws_from_the_pool_or_the_train_split_and_trains_alone(workdir, monkeypatch,
-                                                                                       zero_v_star):
-    """``data.anchor_goals`` picks whose oracle demonstrations the anchor learns from; with ``model.objective_weight``
-    0 the anchor's SFT loss is the whole loss (the anchor's ablation): one step lowers the NLL of the demonstrations
-    it trained on, and without the anchor the same run does not move at all."""
-    from apo_lightning.apo.logprobs import generated_nll
-    from apo_lightning.lit.settings import EnvConfig
-
-    real_split = EnvConfig.split
-    monkeypatch.setattr(EnvConfig, "split",  # a train split of 10 goals: its demonstrations are built in seconds
-                        lambda self, name: real_split(self, name)[:10] if name == "train" else real_split(self, name))
-    seen = []
-
-    class Seen(Callback):
-        def nll(self, pl_module, batch):
-            demos = batch["demos"]
-            with torch.no_grad():
-                seen.append(generated_nll(pl_module.policy, demos["input_ids"], demos["attention_mask"],
-                                          demos["gen_mask"]).item())
-
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            self.nll(pl_module, batch)
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            self.nll(pl_module, batch)
-
-    anchor = ["--model.anchor_weight=1.0", "--data.anchor_demos=4", "--model.objective_weight=0",
-              "--data.env.max_steps=10", "--data.rollout.max_new_tokens=64"]  # room for the oracle to succeed
-    for source, expected in (("pool", set(range(4))), ("train", set(range(10)))):
-        cli = fit("--trainer.max_steps=1", *NO_CHECKPOINTS, *anchor, f"--data.anchor_goals={source}",
-                  callbacks=[Seen()])
-        train = cli.datamodule.env.split("train")
-        assert {train.index(d["goal_index"]) for d in cli.datamodule.demos} == expected
-        before, after = seen[-2:]
-        assert after < before  # the one step learned the demonstrations it was given
-
-    with pytest.raises(ValueError, match="the oracle succeeded on none"):  # the smoke setting's 3 steps are too few
-        fit("--trainer.max_steps=1", *NO_CHECKPOINTS, *anchor[:3])
-    moved = fit("--trainer.max_steps=1", *NO_CHECKPOINTS).model  # V* 0: the objective alone moves it...
-    assert not all(torch.equal(p, q) for p, q in zip(moved.policy.parameters(), moved.reference.parameters()))
-    cli = fit("--trainer.max_steps=1", *NO_CHECKPOINTS, "--model.objective_weight=0")  # ...and weighted 0 it does not
-    trained = dict(cli.model.policy.named_parameters())
-    assert all(torch.equal(p, dict(cli.model.reference.named_parameters())[n]) for n, p in trained.items())
-    with pytest.raises(ValueError, match="anchor_goals"):
-        WebShopRLDataModule(anchor_goals="val")
-
-
 @pytest.fixture
 def varied_rewards(monkeypatch, zero_v_star):
     """Rewards that differ between the trajectories of a goal (an untrained policy earns the same penalty on
@@ -317,10 +275,12 @@ def varied_rewards(monkeypatch, zero_v_star):
     monkeypatch.setattr(WebShopRLDataModule, "train_batch", train_batch)
 
 
-@pytest.mark.parametrize("algorithm", ["apo", "grpo", "kl_pg", "awr"])
-def test_one_step_of_each_objective_changes_every_policy_parameter(workdir, varied_rewards, algorithm):
-    cli = fit("--trainer.max_steps=1", *NO_CHECKPOINTS, f"--model.algorithm={algorithm}")
-    assert cli.model.objective.name == algorithm
+@pytest.mark.parametrize("objective, statistic", [("APO", "beta2_log_ratio"), ("GRPO", "ratio_mean"),
+                                                  ("KLPG", "clip_fraction"), ("AWR", "weighted_ce")])
+def test_one_step_of_each_objective_changes_every_policy_parameter(workdir, varied_rewards, objective, statistic):
+    cli = fit("--trainer.max_steps=1", *NO_CHECKPOINTS, f"--model.objective={objective}")
+    assert type(cli.model.objective).__name__ == objective
+    assert f"train/{statistic}" in cli.trainer.callback_metrics  # the step took this objective's loss
     trained = dict(cli.model.policy.named_parameters())
     reference = dict(cli.model.reference.named_parameters())
     changed = [n for n in trained if not torch.equal(trained[n], reference[n])]
@@ -344,6 +304,7 @@ def linear_dtypes(monkeypatch):
     """Record the output dtype of every ``nn.Linear`` call by the phase it ran in: "stage1" (V* sampling),
     "rollout" (training batches), "eval" (greedy validation) or "loss" (the training step's passes)."""
     from apo_lightning.lit.rl_module import WebShopRLModule
+    from apo_lightning.lit.stage1 import Stage1
     from apo_lightning.rollout.engine import RolloutEngine
 
     seen: dict[str, set] = {}
@@ -358,8 +319,7 @@ def linear_dtypes(monkeypatch):
                 phase[0] = outer
         return wrapped
 
-    monkeypatch.setattr(WebShopRLDataModule, "sample_rewards",
-                        in_phase(lambda *a: "stage1", WebShopRLDataModule.sample_rewards))
+    monkeypatch.setattr(Stage1, "sample_rewards", in_phase(lambda *a: "stage1", Stage1.sample_rewards))
     monkeypatch.setattr(RolloutEngine, "rollout",
                         in_phase(lambda engine, *a: "eval" if engine.greedy else "rollout", RolloutEngine.rollout))
     monkeypatch.setattr(WebShopRLModule, "training_step", in_phase(lambda *a: "loss", WebShopRLModule.training_step))
@@ -429,6 +389,44 @@ def test_resume_from_any_checkpoint_continues_exactly(workdir, tmp_path, zero_v_
         assert resumed.goals == straight.goals[done:], what
         assert resumed.tokens == straight.tokens[done:], what  # the same sampling seeds
         assert hash_parameters(cli.model.policy) == expected, what
+
+
+def test_resuming_under_another_objective_reference_or_lora_is_refused_by_name(workdir):
+    """``fit --ckpt_path last`` refuses a checkpoint trained with another objective (class or settings), another
+    reference's weights or other LoRA settings, naming the difference; the same weights at another path resume, and
+    ``test`` evaluates the checkpoint under any objective."""
+    from safetensors.torch import load_file, save_file
+
+    run = ["fit", "--config", SMOKE, *QUIET, "--trainer.logger=false", "--run_name=refuse"]
+    main([*run, "--trainer.max_steps=1"])
+    resume = [*run, "--trainer.max_steps=2", "--ckpt_path=last"]
+    last = (workdir / "checkpoints/refuse/last.ckpt").resolve()
+    with pytest.raises(ValueError) as refused:
+        main([*resume, "--model.objective=GRPO"])
+    assert str(refused.value) == (
+        f"checkpoint {last} was trained with objective APO(beta2=0.01, entropy_coef=0.0); this run asks for objective "
+        "GRPO(group_size=4, clip_eps=0.2, beta_kl=0.0, scale_advantages=True): resume it with the same objective or "
+        "start afresh with another run_name")
+    with pytest.raises(ValueError, match=r"with objective APO\(beta2=0.01, .* asks for objective APO\(beta2=0.02"):
+        main([*resume, "--model.objective.beta2=0.02"])
+    with pytest.raises(ValueError, match=r"with lora LoraSettings\(rank=0, .* asks for lora LoraSettings\(rank=2,"):
+        main([*resume, "--model.lora.rank=2"])
+    shutil.copytree("data/models/tiny-smoke", "data/models/tiny-smoke-copy")
+    changed = Path("data/models/tiny-smoke-other")
+    shutil.copytree("data/models/tiny-smoke", changed)
+    weights = load_file(changed / "model.safetensors")
+    name = sorted(weights)[0]
+    weights[name] = weights[name] + 0.01
+    save_file(weights, changed / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"with reference data/models/tiny-smoke \(float32 weights, sha256 [0-9a-f]{16}"
+                                         r"\); this run asks for reference data/models/tiny-smoke-other \(float32 "
+                                         r"weights, sha256 [0-9a-f]{16}\): resume it with the same reference or"):
+        main([*resume, f"--model.model_name_or_path={changed}"])
+    cli = main([*resume, "--model.model_name_or_path=data/models/tiny-smoke-copy"])  # the same weights elsewhere
+    assert cli.trainer.global_step == 2
+    main(["test", "--config", SMOKE, *QUIET, "--trainer.logger=false", "--run_name=refuse", "--ckpt_path=last",
+          "--model.objective=GRPO"])  # evaluation: any objective
+    assert (workdir / "results/refuse/summary.csv").read_text().splitlines()[1].startswith("grpo,test,")
 
 
 class LearningRates(Callback):
@@ -544,82 +542,114 @@ def test_run_seeds_change_rollouts_but_not_goals_or_prices(workdir):
 
 
 def test_v_star_cache_key_covers_what_v_star_depends_on():
-    from apo_lightning.lit.rl_data import VStarConfig
-    from apo_lightning.lit.settings import EnvConfig, RolloutSettings
+    from apo_lightning.lit.stage1 import Stage1, VStarConfig
     from apo_lightning.rollout.chat import ChatFormat
+    from apo_lightning.rollout.settings import RolloutSettings
     from apo_lightning.utils.hashing import cache_key
+    from apo_lightning.webshop.settings import EnvConfig
 
-    def key(reference="w0", **changes):
-        settings = dict(env=EnvConfig(data_dir=None, max_steps=3), chat=ChatFormat(), train_goals=4,
-                        vstar=VStarConfig(num_samples=2), rollout=RolloutSettings(max_new_tokens=8))
-        settings.update(changes)
-        return cache_key(WebShopRLDataModule(**settings).vstar_key_parts(reference))
+    def key(reference="w0", goals=(1500, 1501, 1502, 1503), seed=0, env=EnvConfig(data_dir="synthetic", max_steps=3),
+            chat=ChatFormat(), vstar=VStarConfig(num_samples=2), rollout=RolloutSettings(max_new_tokens=8)):
+        return cache_key(Stage1(vstar, env, chat, rollout, seed).key_parts(reference, list(goals)))
 
     base = key()
     assert key() == base  # stable
-    for changed in (key(reference="w1"), key(train_goals=5), key(vstar=VStarConfig(num_samples=3)),
-                    key(rollout=RolloutSettings(max_new_tokens=9)), key(seed=1),
-                    key(env=EnvConfig(data_dir=None, max_steps=4)), key(chat=ChatFormat(format_penalty=-0.2)),
+    for changed in (key(reference="w1"), key(goals=(1500, 1501, 1502, 1503, 1504)),
+                    key(vstar=VStarConfig(num_samples=3)), key(rollout=RolloutSettings(max_new_tokens=9)), key(seed=1),
+                    key(env=EnvConfig(data_dir="synthetic", max_steps=4)), key(chat=ChatFormat(format_penalty=-0.2)),
                     key(chat=ChatFormat(history_turns=1)), key(vstar=VStarConfig(num_samples=2, temperature=0.7)),
-                    key(vstar=VStarConfig(num_samples=2, top_p=0.9)),
                     key(chat=ChatFormat(reward="success")),
-                    key(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True)),
-                    key(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True, click_choice="sequence"))):
+                    key(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True))):
         assert changed != base
     assert key(vstar=VStarConfig(num_samples=2, cache_dir="elsewhere")) == base  # where it is stored is not a part
     # the cache keeps the N rewards and V* is recomputed from them for any beta1, so beta1 never re-samples
     assert key(vstar=VStarConfig(num_samples=2, beta1=0.1)) == base
-    assert key(rollout=RolloutSettings(max_new_tokens=8, temperature=0.5)) == base  # stage 2 sampling: not a part
-    assert (key(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True, click_choice="sequence"))
-            != key(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True)))
-    assert key(rollout=RolloutSettings(max_new_tokens=8, click_choice="sequence")) == base  # no valid clicks: moot
+    assert key(rollout=RolloutSettings(max_new_tokens=8, temperature=0.5, top_p=0.9)) == base  # stage 2 sampling
+
+    def stored(**changes):  # the key without the data folder's absolute path, as tables on disk were stored
+        stage1 = Stage1(VStarConfig(num_samples=2), EnvConfig(data_dir="synthetic", max_steps=3), ChatFormat(),
+                        RolloutSettings(max_new_tokens=8), 0)
+        for name, value in changes.items():
+            setattr(stage1, name, value)
+        return cache_key({**stage1.key_parts("w0", [1500, 1501, 1502, 1503]), "data": "DATA"})
+
+    assert stored() == "6185543033a7ea50ea44d7d3662af4524eafd92350fbd5e0da5c12912c319060"
+    assert (stored(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True))
+            == "2d09a6769469f28a9bc2b92aabd54034dee5c54a590820be2d933f7c6bc5b0b3")
+    assert (stored(chat=ChatFormat(reward="success"))
+            == "031172579a54f4402752729d54c37c641b9976e610f8a0d6ea5a5405844e956a")
 
 
 class Built(Exception):
-    """Raised, with its keyword arguments, where the data module builds a rollout engine (``built_engine``)."""
+    """Raised, with its keyword arguments, where a rollout engine is built (``built_engine``)."""
 
 
 @pytest.fixture
 def built_engine(monkeypatch):
-    """The data module's ``RolloutEngine`` replaced by one that raises :class:`Built` with the arguments it got."""
-    from apo_lightning.lit import rl_data
+    """The ``RolloutEngine`` that ``RolloutSettings.engine`` builds (for stage 1, training and evaluation alike)
+    replaced by one that raises :class:`Built` with the arguments it got."""
+    from apo_lightning.rollout import settings
 
     def engine(*args, **kwargs):
         raise Built(kwargs)
 
-    monkeypatch.setattr(rl_data, "RolloutEngine", engine)
+    monkeypatch.setattr(settings, "RolloutEngine", engine)
 
 
-def test_stage_1_samples_the_reference_with_its_own_temperature_and_top_p(built_engine):
-    from apo_lightning.lit.rl_data import VStarConfig
-    from apo_lightning.lit.settings import EnvConfig, RolloutSettings
+def test_stage_1_samples_the_reference_at_its_own_temperature_without_a_nucleus(built_engine):
+    from apo_lightning.lit.stage1 import VStarConfig
+    from apo_lightning.rollout.settings import RolloutSettings
+    from apo_lightning.webshop.settings import EnvConfig
 
     data = WebShopRLDataModule(env=EnvConfig(data_dir=None, max_steps=3), train_goals=4,
-                               vstar=VStarConfig(num_samples=2, temperature=0.7, top_p=0.9),
-                               rollout=RolloutSettings(max_new_tokens=8, temperature=1.0, top_p=0.5))
+                               vstar=VStarConfig(num_samples=2, temperature=0.7),
+                               rollout=RolloutSettings(max_new_tokens=8, temperature=1.0, top_p=0.5, prefill="per_row"))
     with pytest.raises(Built) as built:
-        data.sample_rewards(None, None, data.pool(), "stage1")
+        data.stage1.sample_rewards(None, None, data.pool(), "stage1")
     kwargs = built.value.args[0]
-    assert (kwargs["temperature"], kwargs["top_p"], kwargs["max_new_tokens"]) == (0.7, 0.9, 8)
+    assert (kwargs["temperature"], kwargs["top_p"], kwargs["max_new_tokens"], kwargs["greedy"]) == (0.7, 1.0, 8, False)
+    assert kwargs["prefill"] == "batched"
 
 
-@pytest.mark.parametrize("valid_clicks, click_choice", [(False, "token"), (True, "token"), (True, "sequence")])
-def test_valid_clicks_reach_the_stage_1_and_the_evaluation_engines(built_engine, valid_clicks, click_choice):
-    from apo_lightning.lit.settings import EnvConfig, RolloutSettings
+@pytest.mark.parametrize("valid_clicks", [False, True])
+def test_valid_clicks_reach_the_stage_1_and_the_evaluation_engines(built_engine, valid_clicks):
+    from apo_lightning.rollout.settings import RolloutSettings
+    from apo_lightning.webshop.settings import EnvConfig
 
     data = WebShopRLDataModule(env=EnvConfig(data_dir=None, max_steps=3), train_goals=4,
-                               rollout=RolloutSettings(max_new_tokens=8, valid_clicks=valid_clicks,
-                                                       click_choice=click_choice))
+                               rollout=RolloutSettings(max_new_tokens=8, valid_clicks=valid_clicks))
     data._policy = lambda: (None, None)
-    for build in (lambda: data.sample_rewards(None, None, data.pool(), "stage1"), lambda: data.eval_batch([0])):
+    for build in (lambda: data.stage1.sample_rewards(None, None, data.pool(), "stage1"),
+                  lambda: data.eval_batch([0])):
         with pytest.raises(Built) as built:
             build()
         assert built.value.args[0]["valid_clicks"] is valid_clicks
-        assert built.value.args[0]["click_choice"] == click_choice
+
+
+def test_a_setting_out_of_range_is_named_with_its_value():
+    from apo_lightning.lit.stage1 import VStarConfig
+    from apo_lightning.rollout.settings import RolloutSettings
+
+    no_v_star = "when needs_v_star is false (no stage 1)"
+    for settings, message in ((dict(batch_size=0), "batch_size must be >= 1, got 0"),
+                              (dict(steps_per_epoch=0), "steps_per_epoch must be >= 1, got 0"),
+                              (dict(val_goals=-1), "val_goals must be >= 0 (0 = all), got -1"),
+                              (dict(vstar=VStarConfig(num_samples=0)), "vstar.num_samples must be >= 1, got 0"),
+                              (dict(vstar=VStarConfig(beta1=0.0)), "vstar.beta1 must be > 0, got 0"),
+                              (dict(rollout=RolloutSettings(temperature=0.0)),
+                               "rollout.temperature must be > 0, got 0"),
+                              (dict(needs_v_star=False, vstar=VStarConfig(reuse=3)),
+                               f"vstar.reuse must be 0 {no_v_star}, got 3"),
+                              (dict(needs_v_star=False, vstar=VStarConfig(goal_filter="nonzero")),
+                               f"vstar.goal_filter must be 'all' {no_v_star}, got 'nonzero'")):
+        with pytest.raises(ValueError) as raised:
+            WebShopRLDataModule(**settings)
+        assert str(raised.value) == message
+    assert WebShopRLDataModule(needs_v_star=False).needs_v_star is False  # the defaults are in range
 
 
 def test_train_goal_indices_fix_the_training_goals_and_refuse_goals_outside_the_train_split():
-    from apo_lightning.lit.settings import EnvConfig
+    from apo_lightning.webshop.settings import EnvConfig
 
     env = EnvConfig(data_dir=None, max_steps=3)
     train = env.split("train")
@@ -627,7 +657,6 @@ def test_train_goal_indices_fix_the_training_goals_and_refuse_goals_outside_the_
     data = WebShopRLDataModule(env=env, train_goals=4, train_goal_indices=chosen)
     assert data.pool() == chosen  # exactly these, in this order; train_goals is ignored
     assert WebShopRLDataModule(env=env, train_goals=4).pool() == list(train[:4])
-    assert data.vstar_key_parts("w")["goals"] == chosen  # stage 1's cache key follows the goals
     with pytest.raises(ValueError, match=rf"\[{env.split('test')[0]}\] are not in the train split"):
         WebShopRLDataModule(env=env, train_goal_indices=[train[0], env.split("test")[0]]).pool()
 
@@ -647,108 +676,50 @@ class RowRecorder(Callback):
                           "group": batch["group"].tolist(), "packed": packed_rows})
 
 
-class RelabelLogRecorder(Callback):
-    """Per training step with ``data.relabel``: this rank's replays and successes, and the logged ``relabel/rows``
-    and ``relabel/success_rate``."""
-
-    def __init__(self):
-        self.steps = []
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        replays, metrics = batch["replays"], trainer.callback_metrics
-        self.steps.append((len(replays), sum(t.success for t in replays), float(metrics["relabel/rows"]),
-                           float(metrics["relabel/success_rate"])))
-
-
 def test_stage1_samples_are_reused_as_regression_rows_with_their_v_star(workdir, monkeypatch):
+    from apo_lightning.lit.stage1 import Stage1
+
     run = ["--trainer.max_steps=2", *NO_CHECKPOINTS, "--data.vstar.cache_dir=data/vstar-reuse"]
     plain = fit(*run)  # a V* table cached without its trajectories
     first = RowRecorder()
     cli = fit(*run, "--data.vstar.reuse=3", callbacks=[first])
     data = cli.datamodule
-    assert data.v_star.rewards == plain.datamodule.v_star.rewards  # sampled again, to the same rewards
+    table = data.stage1.table
+    assert table.rewards == plain.datamodule.stage1.table.rewards  # sampled again, to the same rewards
     pool = set(data.goal_pool)  # one process: its share is the whole pool
     for batch in first.rows:
         fresh = batch["fresh"]
         assert fresh == 2 and len(batch["reward"]) == fresh + 3 and batch["packed"] == fresh + 3
         for goal, reward, v_star in zip(batch["goal"][fresh:], batch["reward"][fresh:], batch["v_star"][fresh:]):
-            assert goal in pool and any(reward == pytest.approx(r) for r in data.v_star.rewards[str(goal)])
-            assert v_star == pytest.approx(data.v_star.v_star[str(goal)])
+            assert goal in pool and any(reward == pytest.approx(r) for r in table.rewards[str(goal)])
+            assert v_star == pytest.approx(table.v_star[str(goal)])
         assert len(set(batch["group"])) == len(batch["group"])  # one goal per fresh row here, each reused row alone
     assert first.rows[0]["goal"][2:] != first.rows[1]["goal"][2:] or first.rows[0]["reward"][2:] != \
         first.rows[1]["reward"][2:]  # drawn afresh for each batch
-    stored = {g: [r["reward"] for r in records] for g, records in data.reference_samples.items()}
-    assert stored == data.v_star.rewards  # the kept trajectories are the ones V* came from
+    stored = {g: [r["reward"] for r in records] for g, records in data.stage1.samples.items()}
+    assert stored == table.rewards  # the kept trajectories are the ones V* came from
 
     def no_sampling(*args, **kwargs):
         raise AssertionError("stage 1 sampled although its trajectories were cached")
 
-    monkeypatch.setattr(WebShopRLDataModule, "sample_rewards", no_sampling)
+    monkeypatch.setattr(Stage1, "sample_rewards", no_sampling)
     again = RowRecorder()
     fit(*run, "--data.vstar.reuse=3", callbacks=[again])
     assert [b["reward"][2:] for b in again.rows] == [b["reward"][2:] for b in first.rows]
     assert [b["goal"][2:] for b in again.rows] == [b["goal"][2:] for b in first.rows]
-    with pytest.raises(ValueError, match="the grpo objective has no stage 1"):
-        fit(*run, "--data.vstar.reuse=3", "--model.algorithm=grpo")
-
-
-def test_relabeled_replays_join_the_batch_with_their_original_goals_v_star(workdir, monkeypatch):
-    from apo_lightning.baselines.demonstrations import OracleDemonstrator
-    from apo_lightning.rollout.engine import RolloutEngine
-
-    played = RolloutEngine.rollout
-
-    def oracle_plays(self, envs, goal_indices, seed, demonstrators=None):  # fresh rollouts by the oracle: successes
-        return played(self, envs, goal_indices, seed,
-                      demonstrators or [OracleDemonstrator() for _ in goal_indices])
-
-    monkeypatch.setattr(RolloutEngine, "rollout", oracle_plays)
-    # V* = the goal's index, so that a row's V* names the goal it was looked up for
-    monkeypatch.setattr(VStarTable, "lookup", lambda self, goals, device=None: torch.tensor([float(g) for g in goals]))
-    # another rank that replayed 3 trajectories, all successes: its counts join this rank's in the strategy's sum
-    from lightning.pytorch.strategies import SingleDeviceStrategy
-    other_rank = torch.tensor([3.0, 3.0])
-    original_reduce = SingleDeviceStrategy.reduce
-
-    def reduce_with_another_rank(self, tensor, *args, reduce_op=None, **kwargs):
-        if reduce_op == "sum" and tensor.shape == (2,):  # the relabel counts (rows, successes)
-            return tensor + other_rank
-        return original_reduce(self, tensor, *args, reduce_op=reduce_op, **kwargs)
-
-    monkeypatch.setattr(SingleDeviceStrategy, "reduce", reduce_with_another_rank)
-    run = ["--trainer.max_steps=2", *NO_CHECKPOINTS, "--data.env.max_steps=15", "--data.rollout.max_new_tokens=64",
-           "--data.vstar.cache_dir=data/vstar-relabel"]
-    recorder, logged = RowRecorder(), RelabelLogRecorder()
-    cli = fit(*run, "--data.relabel=true", callbacks=[recorder, logged])
-    train, shop = set(cli.datamodule.env.split("train")), cli.datamodule.shop
-    replays = 0
-    for batch in recorder.rows:
-        fresh = batch["fresh"]
-        assert batch["packed"] == len(batch["reward"]) >= fresh
-        replays += len(batch["reward"]) - fresh
-        for goal, reward, v_star in zip(batch["goal"][fresh:], batch["reward"][fresh:], batch["v_star"][fresh:]):
-            assert goal in train and goal not in batch["goal"][:fresh] and reward < 1.0  # a sibling, where it fails
-            original = int(v_star)  # the goal whose V* the replay took: a fresh goal of the same product
-            assert original in batch["goal"][:fresh] and shop.goals[original]["asin"] == shop.goals[goal]["asin"]
-        assert len(set(batch["group"])) == len(batch["group"])  # each replay its own group
-    assert replays >= 2
-    # relabel/* pool the ranks' counts: rows summed, the success rate of all replays (not a mean of ranks' rates)
-    assert len(logged.steps) == 2
-    for here, successes_here, rows, success_rate in logged.steps:
-        assert rows == here + 3 and success_rate == pytest.approx((successes_here + 3) / (here + 3))
-    with pytest.raises(ValueError, match="the grpo objective has no stage 1"):
-        fit(*run, "--data.relabel=true", "--model.algorithm=grpo")
 
 
 # ------------------------------------------------------------------------------------------------ skipped steps
 def test_non_finite_loss_skips_the_step(workdir, monkeypatch):
-    from apo_lightning.apo.objectives import OBJECTIVES, apo
+    from apo_lightning.apo.objectives import APO
 
-    def nan_loss(batch, settings):
-        loss, stats = apo._loss(batch, settings)
+    real = APO.loss
+
+    def nan_loss(self, batch):
+        loss, stats = real(self, batch)
         return loss * float("nan"), stats
 
-    monkeypatch.setitem(OBJECTIVES, "apo", apo.OBJECTIVE.__class__(**{**apo.OBJECTIVE.__dict__, "loss": nan_loss}))
+    monkeypatch.setattr(APO, "loss", nan_loss)
     cli = fit("--trainer.max_steps=2", *NO_CHECKPOINTS)
     assert cli.model.skipped_nonfinite == 2
     before = dict(cli.model.reference.named_parameters())
@@ -802,13 +773,13 @@ def test_sft_trains_drills_then_demonstrations_through_the_trainer_and_exports(w
 
     sft = ["fit", "--config", SFT_CONFIG, *QUIET, *SFT_SMOKE, "--trainer.enable_checkpointing=false",
            "--model.export_dir=data/models/sft-smoke", "--data.drills.steps=12", "--data.drills.checks_per_kind=1", "--trainer.val_check_interval=1.0",
-           "--data.drills.swap_values=0.5", "--data.drills.swap_asins=0.5",
+           "--data.drills.swap_values=0.5",
            "--data.eval_goals=2", "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
            "--trainer.logger.save_dir=logs"]
     cli = main(sft)
     data = cli.datamodule
     assert cli.model.hparams.constant_steps == 12  # linked from the drills
-    assert (data.drill_source.swap, data.drill_source.asin_swap) == (0.5, 0.5)  # the swaps reach the drills
+    assert data.drill_source.swap == 0.5  # the value swaps reach the drills
     assert cli.trainer.global_step == data.course_length() == 12 + data.demo_batches_per_epoch()
     assert isinstance(cli.trainer.logger, CSVLogger)
     rows = [line.split(",") for line in Path(cli.trainer.logger.log_dir, "metrics.csv").read_text().splitlines()]

@@ -1,14 +1,20 @@
 """The seed projects' objectives, KL-anchored policy gradient (``kl_pg``) and advantage-weighted SFT (``awr``),
-checked against hand-computed cases; and the interface every objective shares."""
+checked against hand-computed cases; and the interface every objective class shares: its settings reach its loss,
+bad settings fail when it is built, and it says what the data module needs (V*, rollouts per goal)."""
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
-from apo_lightning.apo.objectives import OBJECTIVES, PackedBatch
+from apo_lightning.apo.objectives import APO, AWR, GRPO, KLPG, Objective, PackedBatch
+from apo_lightning.apo.objectives.apo import apo_loss
 from apo_lightning.apo.objectives.awr import awr_loss, awr_weights
+from apo_lightning.apo.objectives.grpo import grpo_advantages, grpo_loss
 from apo_lightning.apo.objectives.kl_pg import kl_pg_loss
+
+OBJECTIVES = [APO, GRPO, KLPG, AWR]
 
 
 def t(x, **kw):
@@ -115,31 +121,87 @@ def test_awr_equal_advantages_empty_row_and_bf16():
 
 
 # ------------------------------------------------------------------------------------------------ the interface
-@pytest.mark.parametrize("name", sorted(OBJECTIVES))
-def test_every_objective_takes_a_packed_batch_and_gives_a_differentiable_loss(name):
-    objective = OBJECTIVES[name]
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_every_objective_takes_a_packed_batch_and_gives_a_differentiable_loss(objective):
     logp, ref, mask, reward, v_star = case()
     batch = PackedBatch(logp, ref, logp.detach(), mask.float(), reward, v_star, torch.tensor([0, 0]))
-    settings = objective.settings()
-    loss, stats = objective.loss(batch, settings)
+    loss, stats = objective().loss(batch)
     assert loss.shape == () and loss.dtype == torch.float32 and torch.isfinite(loss)
     assert all(v.shape == () and not v.requires_grad for v in stats.values())
     loss.backward()
     assert logp.grad is not None and logp.grad[0, 2] == 0  # nothing flows into padding
-    assert objective.rollouts_per_goal(settings) >= 1
+    assert issubclass(objective, Objective)
+
+
+def packed(group=(0, 0)):
+    """``case()`` as a batch whose sampling-time log-probabilities differ from the policy's (ratios ≠ 1)."""
+    logp, ref, mask, reward, v_star = case()
+    old = logp.detach() + t([[0.3, -0.3, 0.0], [0.1, -0.2, 0.4]])
+    return PackedBatch(logp, ref, old, mask.float(), reward, v_star, torch.tensor(group))
+
+
+#: each objective with its loss's settings away from their defaults (APO's entropy_coef: its own test below), and
+#: the pure loss function called with those settings
+SETTINGS_REACH_THE_LOSS = [
+    (APO(beta2=0.3), lambda b: apo_loss(b.logp, b.ref_logp, b.mask, b.reward, b.v_star, 0.3)),
+    (GRPO(group_size=2, clip_eps=0.1, beta_kl=0.5, scale_advantages=False),
+     lambda b: grpo_loss(b.logp, b.old_logp, b.ref_logp, b.mask, grpo_advantages(b.reward, b.group, scale=False),
+                         0.1, 0.5)),
+    (KLPG(beta=0.2, kl_coef=0.3, clip=0.6),
+     lambda b: kl_pg_loss(b.logp, b.ref_logp, b.mask, b.reward, b.v_star, 0.2, 0.3, 0.6)),
+    (AWR(weighting="exp", tau=0.5, max_weight=1.5, kl_coef=0.2),
+     lambda b: awr_loss(b.logp, b.ref_logp, b.mask, b.reward, b.v_star, "exp", 0.5, 1.5, 0.2)),
+]
+
+
+@pytest.mark.parametrize("objective, pure", SETTINGS_REACH_THE_LOSS, ids=lambda o: type(o).__name__)
+def test_each_objective_passes_every_setting_to_its_loss_function(objective, pure):
+    loss, stats = objective.loss(packed())
+    expected, expected_stats = pure(packed())
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-7)
+    assert {k: v.item() for k, v in stats.items() if k in expected_stats} == pytest.approx(
+        {k: v.item() for k, v in expected_stats.items()}, abs=1e-7)
+    default, _ = type(objective)().loss(packed())
+    assert default.item() != pytest.approx(loss.item(), abs=1e-4)  # the settings changed the loss
+    changed = [f.name for f in dataclasses.fields(objective) if getattr(objective, f.name) != f.default]
+    for name in changed:  # and each one does on its own
+        if name == "group_size":
+            continue  # how many rollouts the data module samples, not a term of the loss
+        alone = dataclasses.replace(objective, **{name: getattr(type(objective)(), name)})
+        assert alone.loss(packed())[0].item() != pytest.approx(loss.item(), abs=1e-6), name
+
+
+def test_objectives_say_what_the_data_module_needs_and_name_their_settings():
+    assert [o.needs_v_star for o in OBJECTIVES] == [True, False, True, True]  # GRPO alone has no stage 1
+    assert [o().rollouts_per_goal for o in OBJECTIVES] == [1, 4, 1, 1]
+    assert GRPO(group_size=6).rollouts_per_goal == 6
+    assert [o.name for o in OBJECTIVES] == ["apo", "grpo", "kl_pg", "awr"]  # the method in results by default
+    assert repr(APO(beta2=0.05)) == "APO(beta2=0.05, entropy_coef=0.0)"
+    assert APO(beta2=0.05) == APO(beta2=0.05) != APO(beta2=0.1)
+
+
+@pytest.mark.parametrize("build, setting", [
+    (lambda: APO(beta2=0.0), "beta2"), (lambda: GRPO(group_size=1), "group_size"),
+    (lambda: GRPO(clip_eps=0.0), "clip_eps"), (lambda: GRPO(beta_kl=-0.1), "beta_kl"),
+    (lambda: KLPG(beta=-1.0), "beta"), (lambda: KLPG(kl_coef=-1.0), "kl_coef"), (lambda: KLPG(clip=0.0), "clip"),
+    (lambda: AWR(weighting="softmax"), "weighting"), (lambda: AWR(tau=0.0), "tau"),
+    (lambda: AWR(max_weight=0.0), "max_weight"), (lambda: AWR(kl_coef=-1.0), "kl_coef")])
+def test_a_bad_setting_fails_when_the_objective_is_built_and_names_the_setting(build, setting):
+    with pytest.raises(ValueError, match=f"^{setting} must be"):
+        build()
 
 
 def test_apo_entropy_bonus_subtracts_the_mean_entropy_per_generated_token():
-    from apo_lightning.apo.objectives.apo import APOSettings
-
     logp, ref, mask, reward, v_star = case()
     entropy = t([[2.0, 1.0, 99.0], [0.5, 0.5, 1.0]], requires_grad=True)  # 99 sits on padding: never counted
     batch = PackedBatch(logp, ref, logp.detach(), mask.float(), reward, v_star, torch.tensor([0, 1]), entropy)
-    plain, _ = OBJECTIVES["apo"].loss(batch, APOSettings(beta2=0.1))
-    bonus, _ = OBJECTIVES["apo"].loss(batch, APOSettings(beta2=0.1, entropy_coef=0.5))
+    plain, _ = APO(beta2=0.1).loss(batch)
+    bonus, _ = APO(beta2=0.1, entropy_coef=0.5).loss(batch)
     assert (plain - bonus).item() == pytest.approx(0.5 * (2.0 + 1.0 + 0.5 + 0.5 + 1.0) / 5, abs=1e-6)  # 0.5 × 1.0
     bonus.backward()
     assert torch.allclose(entropy.grad, t([[-0.1, -0.1, 0.0], [-0.1, -0.1, -0.1]]))  # −coef / 5 per token
+    with pytest.raises(ValueError, match="entropy_coef"):
+        APO(entropy_coef=0.5).loss(packed())  # no entropy in the batch
 
 
 def test_packed_batch_head_keeps_the_first_rows_of_every_field_with_their_gradients():

@@ -26,6 +26,7 @@ from apo_lightning.models.tiny import (
     build_tiny_policy,
     train_tiny_tokenizer,
 )
+from apo_lightning.utils.files import read_json
 
 SMALL_MODEL = dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
 
@@ -284,6 +285,17 @@ def test_load_policy_missing_or_incomplete_directory(tmp_path):
         load_policy(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="nothing.gguf"):
         load_policy(str(tmp_path), gguf_file="nothing.gguf")
+
+
+def test_a_corrupted_build_record_is_named_not_ignored(tmp_path):
+    (tmp_path / TINY_SETTINGS_FILE).write_text("{half a file")
+    with pytest.raises(ValueError, match=f"{TINY_SETTINGS_FILE}: cannot read it as JSON"):
+        build_tiny_policy(["some text"], tmp_path, spec(vocab_size=300))
+    (tmp_path / TINY_SETTINGS_FILE).write_text("[]")
+    with pytest.raises(ValueError, match=f"{TINY_SETTINGS_FILE}: top level is a list; expected the tiny build"):
+        build_tiny_policy(["some text"], tmp_path, spec(vocab_size=300))
+    with pytest.raises(FileNotFoundError, match="no_such.json"):
+        read_json(tmp_path / "no_such.json")
 
 
 def test_load_policy_uncached_hub_id_fails_plainly():

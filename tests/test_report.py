@@ -9,14 +9,8 @@ from pathlib import Path
 import pytest
 
 from apo_lightning.eval import report
-from apo_lightning.eval.report import (
-    BASE_COLUMNS,
-    FAILURE_CLASSES,
-    category_breakdown,
-    classify_failure,
-    describe_failure,
-    write_results,
-)
+from apo_lightning.eval.report import category_breakdown, classify_failure, describe_failure, write_results
+from apo_lightning.eval.schema import BASE_COLUMNS, FAILURE_CLASSES, plural
 from apo_lightning.baselines.scripted import OraclePolicy, RulePolicy, play_episode
 from apo_lightning.rollout.trajectory import Trajectory, Turn
 from apo_lightning.utils import files
@@ -167,6 +161,14 @@ def test_describe_failure_names_what_was_missed(shop, one_per_class):
     assert "instead of the goal's" in describe_failure(over, shop.goals[2], shop)
     assert describe_failure(one_per_class["success"], shop.goals[0], shop) == ""
     assert "no purchase" in describe_failure(one_per_class["search_loop"], shop.goals[5], shop)
+    assert "with 2 searches (1 distinct)" in describe_failure(one_per_class["search_loop"], shop.goals[5], shop)
+
+
+@pytest.mark.parametrize("n, noun, expected", [(1, "search", "1 search"), (2, "search", "2 searches"),
+                                               (0, "episode", "0 episodes"), (3, "box", "3 boxes"),
+                                               (2, "month", "2 months")])
+def test_plural(n, noun, expected):
+    assert plural(n, noun) == expected
 
 
 def test_category_breakdown(shop, one_per_class):

@@ -14,7 +14,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingfac
 
 import pytest
 import torch
-from rapidfuzz.distance import Levenshtein
 
 from apo_lightning.rollout.chat import ChatFormat
 from apo_lightning.apo.logprobs import token_logprobs
@@ -22,6 +21,7 @@ from apo_lightning.baselines.demonstrations import OracleDemonstrator, oracle_de
 from apo_lightning.models.tiny import TinyPolicySpec, build_tiny_model, train_tiny_tokenizer
 from apo_lightning.rollout.collate import collate_trajectories
 from apo_lightning.rollout.engine import RolloutEngine
+from apo_lightning.rollout.settings import RolloutSettings
 from apo_lightning.webshop import WebShop, WebShopEnv
 
 torch.set_num_threads(1)
@@ -383,37 +383,6 @@ def test_tiny_top_p_is_greedy(model, tokenizer, shop):
     assert replies(sampled) != replies(greedy)
 
 
-def greedy_turns(model, trajectories):
-    """Per turn (flattened over trajectories and segments): was every generated token the argmax of its context?"""
-    out = []
-    for trajectory in trajectories:
-        for segment in trajectory.segments:
-            ids = torch.tensor([segment.token_ids])
-            with torch.no_grad():
-                best = model(input_ids=ids).logits[0].argmax(-1).tolist()  # best[i] predicts token i + 1
-            for start, end in runs(segment.gen_mask, 1):
-                out.append(all(best[i - 1] == segment.token_ids[i] for i in range(start, end)))
-    return out
-
-
-def test_sampled_turn_prob_samples_some_turns_and_decodes_the_others_greedily(chained, tokenizer, shop):
-    everywhere = greedy_turns(chained, play(engine_for(chained, tokenizer), shop, seed=3))
-    assert sum(everywhere) < len(everywhere) / 3  # sampling every turn seldom reproduces the argmax (5 of 24)
-
-    engine = engine_for(chained, tokenizer, sampled_turn_prob=0.5)
-    trajectories = play(engine, shop, seed=3)
-    check_bookkeeping(engine, trajectories)  # the recorded log π is the policy's, greedy turn or sampled
-    mixed = greedy_turns(chained, trajectories)
-    assert len(mixed) >= 12 and 0.25 * len(mixed) <= sum(mixed) <= 0.9 * len(mixed)
-    assert fingerprint(play(engine, shop, seed=3)) == fingerprint(trajectories)  # the draws come from the seed
-
-    almost_never = play(engine_for(chained, tokenizer, sampled_turn_prob=1e-9), shop, seed=3)
-    greedy = play(engine_for(chained, tokenizer, greedy=True), shop, seed=3)
-    assert replies(almost_never) == replies(greedy)
-    with pytest.raises(ValueError, match="sampled_turn_prob"):
-        engine_for(chained, tokenizer, sampled_turn_prob=0)
-
-
 # ------------------------------------------------------------------------------------------------ demonstrations
 class EndsTurn:
     """A demonstrator whose replies end with the eos token, as a model that closes its own turn."""
@@ -504,31 +473,6 @@ class Junky:
         return self.oracle(env)
 
 
-def test_typo_demonstrations_misspell_the_asin_then_click_it_right_and_learn_only_the_right_click(model, tokenizer,
-                                                                                                 shop):
-    engine = engine_for(model, tokenizer)
-    goals = GOALS[:4]
-    trajectories = oracle_demonstrations(engine, [WebShopEnv(shop, max_steps=15) for _ in goals], goals, noise=1.0,
-                                         typos_only=True)
-    assert len(trajectories) == len(goals)  # every demonstration still buys the goal's product
-    for trajectory in trajectories:
-        asin = shop.goals[trajectory.goal_index]["asin"].lower()
-        clicks = [i for i, t in enumerate(trajectory.turns)
-                  if t.action and Levenshtein.distance(t.action.lower(), f"click[{asin}]") <= 1]
-        typo, right = clicks  # one misspelled click, then the right one
-        assert right == typo + 1 and trajectory.turns[right].action.lower() == f"click[{asin}]"
-        assert Levenshtein.distance(trajectory.turns[typo].action.lower(), f"click[{asin}]") == 1
-        assert not trajectory.turns[typo].valid_action and trajectory.turns[right].valid_action
-        assert trajectory.turns[typo].observation == trajectory.turns[right].observation  # the page stayed
-        # the misspelled reply is in the context but not learned; every other reply is
-        learned = [segment.token_ids[a:b] for segment, _ in segment_turns(trajectory)
-                   for a, b in runs(segment.gen_mask, 1)]
-        replies = [tokenizer(t.reply, add_special_tokens=False)["input_ids"] for t in trajectory.turns]
-        assert learned == replies[:typo] + replies[typo + 1:]
-    with pytest.raises(ValueError, match="exclude each other"):
-        OracleDemonstrator(noise=1.0, options_only=True, typos_only=True)
-
-
 def test_malformed_replies_are_no_op_steps_with_the_format_penalty(model, tokenizer, shop):
     chat = ChatFormat(format_penalty=-0.25)
     engine = engine_for(model, tokenizer, chat)
@@ -552,17 +496,6 @@ def test_malformed_replies_are_no_op_steps_with_the_format_penalty(model, tokeni
         assert trajectory.score == 1.0 and trajectory.success
         assert trajectory.reward == pytest.approx(1.0 - 0.25 * len(junk))
     check_template(engine, shop, trajectories, max_steps)
-
-
-def test_refused_actions_get_the_invalid_action_penalty_and_malformed_replies_do_not(model, tokenizer, shop):
-    chat = ChatFormat(format_penalty=-0.25, invalid_action_penalty=-0.5)
-    goals = GOALS[:2]
-    demonstrators = [Junky({0}, refused_steps={2, 4}), Junky(set(), refused_steps={1})]
-    trajectories = engine_for(model, tokenizer, chat).rollout([WebShopEnv(shop, max_steps=15) for _ in goals], goals,
-                                                              seed=0, demonstrators=demonstrators)
-    assert [(t.format_errors, t.invalid_actions) for t in trajectories] == [(1, 2), (0, 1)]
-    assert all(t.success for t in trajectories)
-    assert [t.reward for t in trajectories] == pytest.approx([1.0 - 0.25 - 2 * 0.5, 1.0 - 0.5])
 
 
 def test_junk_until_the_step_limit(model, tokenizer, shop):
@@ -596,6 +529,23 @@ def test_engine_validation(model, tokenizer, shop):
         engine.rollout([WebShopEnv(shop, max_steps=2)], [0, 1], seed=0)
     with pytest.raises(ValueError, match="max_steps"):
         engine.rollout([WebShopEnv(shop, max_steps=None)], [0], seed=0)
+
+
+def test_rollout_settings_build_their_engine_and_name_a_setting_out_of_range(model, tokenizer):
+    settings = RolloutSettings(temperature=0.7, top_p=0.9, max_new_tokens=12, valid_clicks=True, prefill="per_row")
+    engine = settings.engine(model, tokenizer, ChatFormat())
+    assert (engine.temperature, engine.top_p, engine.max_new_tokens, engine.prefill) == (0.7, 0.9, 12, "per_row")
+    assert not engine.greedy and engine.click_constraint is not None
+    assert settings.engine(model, tokenizer, ChatFormat(), greedy=True).greedy
+    assert RolloutSettings().engine(model, tokenizer, ChatFormat()).click_constraint is None
+    RolloutSettings().check("rollout.")  # the defaults are in range
+    for bad, message in ((dict(temperature=0.0), "rollout.temperature must be > 0, got 0"),
+                         (dict(top_p=1.5), "rollout.top_p must be in (0, 1], got 1.5"),
+                         (dict(max_new_tokens=0), "rollout.max_new_tokens must be >= 1, got 0"),
+                         (dict(prefill="rows"), "rollout.prefill must be one of ('batched', 'per_row'), got 'rows'")):
+        with pytest.raises(ValueError) as raised:
+            RolloutSettings(**bad).check("rollout.")
+        assert str(raised.value) == message
 
 
 # ------------------------------------------------------------------------------------------------ SmolLM2

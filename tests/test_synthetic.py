@@ -1,5 +1,6 @@
 """Tests for the synthetic WebShop catalog (apo_lightning/webshop/synthetic.py): formats, counts, determinism."""
 
+import hashlib
 import json
 import math
 import os
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from apo_lightning.webshop import synthetic
+from apo_lightning.webshop import WebShopDataError, synthetic
 from apo_lightning.webshop.synthetic import (
     ATTRIBUTES_FILE,
     DATA_FILES,
@@ -89,6 +90,36 @@ def test_same_seed_gives_identical_bytes_and_another_seed_differs(tmp_path):
     for name in (PRODUCTS_FILE, ATTRIBUTES_FILE, HUMAN_INSTRUCTIONS_FILE, TITLE_NOUNS_FILE):
         assert (a / name).read_bytes() != (c / name).read_bytes(), name
     assert not list(tmp_path.glob("*/.*.tmp"))  # no temporary files left behind
+
+
+#: sha256 of the default catalog's files (seed 0, 600 products: the quick start's). Editing the word tables
+#: (apo_lightning/webshop/data/synthetic_vocabulary.json) or the generator changes them: bump GENERATOR_VERSION and
+#: record the new hashes here.
+SEED0_SHA256 = {
+    "SOURCE.md": "2023ddbc22c8e0607b9e6423d81569ef60b283ebf9f80adc704ac57f926d4387",
+    "catalog.json": "47205d0235fa72f1fadcf6c0962689c87e18cff6535e1072ab8a06f5d77c35ac",
+    "items_human_ins.json": "36e93a121ffeb8fd7b51edbe850b9d86bd4069e4b6194320b55965d7d9f9b4ef",
+    "items_ins_v2_1000.json": "1d915ce2baeeaf21ef2c297496ef458d5c47d90bf54016b0ae68b6fa4d9f97a9",
+    "items_shuffle_1000.json": "ee827227fd9e3b3f90d92b5e989e4122e335cb95308dca9a949482f27d005f5d",
+    "title_nouns.json": "47f32f4ffa6b607e83d146de2ca3ce3a1324d5a1a2d87e2855681f965050f805",
+}
+
+
+def test_the_default_catalog_has_its_recorded_bytes(catalog_dir):
+    assert {name: hashlib.sha256((catalog_dir / name).read_bytes()).hexdigest()
+            for name in DATA_FILES + (META_FILE,)} == SEED0_SHA256
+
+
+def test_a_missing_or_malformed_vocabulary_names_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(synthetic, "VOCABULARY_FILE", "no_such_vocabulary.json")
+    synthetic.vocabulary.cache_clear()
+    try:
+        with pytest.raises(WebShopDataError, match="no_such_vocabulary.json is missing or malformed.*reinstall"):
+            synthetic.vocabulary()
+    finally:
+        monkeypatch.undo()
+        synthetic.vocabulary.cache_clear()
+    assert synthetic.vocabulary().categories  # the shipped file reads again
 
 
 def test_written_files_match_build_catalog(catalog_dir):

@@ -1,4 +1,5 @@
-"""Stage-1 bookkeeping: cache keys, weight hashes, the on-disk V* cache and the V* table."""
+"""Stage-1 bookkeeping: cache keys, weight hashes, the on-disk V* cache, the V* table, and the RL data module's
+stage 1 (``lit.stage1``: goal filter, refresh, reused samples) on stubbed samples."""
 
 import json
 import math
@@ -215,3 +216,64 @@ def test_cache_validates_key_and_beta1(tmp_path):
     with pytest.raises(ValueError, match="beta1"):
         cache.get_or_compute(PARTS, Counter(REWARDS), beta1=0.0)
     assert cache.load(cache_key(PARTS)) is None  # nothing stored, no warning
+
+
+# ------------------------------------------------------------------------------------------------ lit.stage1
+
+
+def stage1(**settings):
+    """A :class:`Stage1` on the synthetic catalog whose table holds ``STAGE1_REWARDS``."""
+    from apo_lightning.lit.stage1 import Stage1, VStarConfig
+    from apo_lightning.rollout.chat import ChatFormat
+    from apo_lightning.rollout.settings import RolloutSettings
+    from apo_lightning.webshop.settings import EnvConfig
+
+    stage = Stage1(VStarConfig(num_samples=2, **settings), EnvConfig(data_dir="synthetic"), ChatFormat(),
+                   RolloutSettings(), seed=0)
+    stage.table = VStarTable.from_rewards("k", STAGE1_REWARDS, 0.5)
+    return stage
+
+
+# goal 1: nothing scored; 2: one sample did; 3: both did, equally; 4: a format penalty and a 0
+STAGE1_REWARDS = {1: [0.0, 0.0], 2: [0.0, 0.5], 3: [1.0, 1.0], 4: [-0.1, 0.0]}
+
+
+@pytest.mark.parametrize("goal_filter, kept", [("all", [1, 2, 3, 4]), ("nonzero", [2, 3]), ("informative", [2, 4])])
+def test_goal_filter_keeps_the_goals_some_sample_scored_or_whose_samples_differ(goal_filter, kept):
+    assert stage1(goal_filter=goal_filter).kept_goals([1, 2, 3, 4]) == kept
+
+
+def test_refresh_reestimates_v_star_every_k_batches_and_is_checkpointed(monkeypatch):
+    from apo_lightning.lit.stage1 import Stage1
+
+    calls = []
+
+    def sample_rewards(self, model, tokenizer, goals, purpose, rank=0, world_size=1, keep=None):
+        calls.append((model, list(goals), purpose))
+        return {str(g): [1.0, 0.0] for g in goals}
+
+    monkeypatch.setattr(Stage1, "sample_rewards", sample_rewards)
+    stage = stage1(refresh_every=2)
+    assert [b for b in range(7) if stage.refresh_due(b)] == [2, 4, 6]
+    assert not any(stage1().refresh_due(b) for b in range(7))  # 0: never
+    stage.refresh("policy", None, [1, 2], batch_number=2)
+    assert calls == [("policy", [1, 2], "refresh-2")] and stage.refreshed_at == 2 and not stage.refresh_due(2)
+    assert stage.table.rewards == {"1": [1.0, 0.0], "2": [1.0, 0.0]}
+    assert stage.take_statistics()["reward_mean"] == 0.5 and stage.take_statistics() is None  # once per table
+    resumed = stage1(refresh_every=2)
+    resumed.load_state_dict(stage.state_dict())
+    assert resumed.refreshed_at == 2 and resumed.table.v_star == stage.table.v_star
+    assert stage1().state_dict() == {}  # stage 1's own table is found in the cache, not the checkpoint
+
+
+def test_reused_samples_are_drawn_afresh_per_batch_from_this_ranks_goals():
+    record = {"segments": [{"token_ids": [5, 6], "gen_mask": [0, 1], "logp": [0.0, -1.0], "first_turn": 0}],
+              "score": 0.5, "reward": 0.5, "success": False}
+    stage = stage1(reuse=3)
+    stage.samples = {str(g): [{**record, "reward": g + i / 10} for i in range(2)] for g in (1, 2, 3, 4)}
+    drawn = [[(t.goal_index, t.reward) for t in stage.reused([1, 3], rank=0, batch_number=b)] for b in range(4)]
+    assert all(len(rows) == 3 == len(set(rows)) for rows in drawn)  # without replacement
+    assert all(g in (1, 3) and r in (g, g + 0.1) for rows in drawn for g, r in rows)  # this rank's goals only
+    assert len({tuple(rows) for rows in drawn}) > 1  # afresh for each batch ...
+    assert drawn[1] == [(t.goal_index, t.reward) for t in stage.reused([1, 3], rank=0, batch_number=1)]  # ... seeded
+    assert stage1().reused([1, 3], rank=0, batch_number=0) == []  # reuse 0: none

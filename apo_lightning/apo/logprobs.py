@@ -2,10 +2,10 @@
 logits, and packed into one row per trajectory; the SFT loss on them.
 
 Every training loss here reads log π only at the tokens the model generated (RAGEN: prompt and observation tokens
-are context), a few percent of a WebShop sequence. Running the output head over all ``T`` positions costs most of a
-step's memory and, on the CPU, most of its time; :func:`generated_logprobs` runs it only where a generated token is
-predicted. Conventions: ``mask: (B, T)`` marks generated tokens (any dtype, read as boolean); position ``t`` of a
-per-token tensor holds ``log p(y_t | y_<t)``; arithmetic is float32.
+are context), a small part of a WebShop sequence. The output head over all ``T`` positions makes a ``(B, T, V)``
+tensor that grows with context length times vocabulary; :func:`generated_logprobs` runs it only where a generated
+token is predicted. Conventions: ``mask: (B, T)`` marks generated tokens (any dtype, read as boolean); position
+``t`` of a per-token tensor holds ``log p(y_t | y_<t)``; arithmetic is float32.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def generated_logits(model, input_ids: Tensor, attention_mask: Tensor, gen_mask:
     """The model's logits only at the positions that predict a generated token, without the full (S, T, V) logits.
 
     The decoder body runs over the whole sequences, but the output head only at those positions, which is what the
-    losses read: at 4k-token contexts and a 4k vocabulary the full logits were most of a training step's memory.
+    losses read; the full logits would take ``S × T × V`` floats, the largest tensor of a step at long contexts.
     Right-padded batches (``collate_trajectories``) run with no attention mask, so the attention is plain causal
     (PyTorch's fused kernel, memory linear in T instead of a T × T matrix per head), and by default one segment at a
     time, cut to its own length: no compute on padding (``benchmarks/loss_passes.py`` measures both ways). Models
@@ -152,8 +152,7 @@ def generated_logits(model, input_ids: Tensor, attention_mask: Tensor, gen_mask:
     decoder = model.get_decoder()
     if per_segment and right_padded and rows.numel():
         # one segment at a time, cut to its own length: a padded batch of segments of very different lengths is
-        # mostly padding (55 % of a (16, 3883) batch of real WebShop trajectories), and the decoder's cost grows
-        # with the padded length, quadratically in the attention
+        # mostly padding, and the decoder's cost grows with the padded length, quadratically in the attention
         lengths = attention_mask.sum(dim=1).tolist()
         hidden_at = []
         for row in rows.unique().tolist():

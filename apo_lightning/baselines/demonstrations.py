@@ -8,9 +8,7 @@ With ``noise`` > 0 the demonstrations are DART's (Laskey et al. 2017, "DART: Noi
 Learning"): at a decision the demonstrator sometimes takes a wrong click — another product on a results page,
 another value of an option — and then recovers (back to the results, or the right value). The mistake stays in the
 context but is masked out of the loss; the recovery is learned. A policy trained on them has seen, and knows how to
-leave, states off the oracle's path. With ``typos_only`` the one mistake is the one a small policy makes most when
-sampling: a misspelled ASIN in the click on the results page (an invalid action, so the page stays as it was),
-recovered by clicking the ASIN right.
+leave, states off the oracle's path.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory
 from ..utils.seeds import derive_seed
 from ..webshop import WebShopEnv
-from ..webshop.synthetic import ASIN_ALPHABET
 from .scripted import OraclePolicy, product_links
 
 
@@ -56,29 +53,19 @@ MISTAKE_MARGIN = 6
 class OracleDemonstrator:
     """Replies of the oracle for one episode (call it with the env before each turn).
 
+    A call returns the reply text, or ``(reply, False)`` for a mistake: the rollout engine keeps that reply in the
+    context and out of the loss. The next call returns the mistake's undo.
+
     Args:
         noise: probability of a wrong click at each decision (DART, module docstring); 0 = the plain oracle.
         seed: seeds the mistakes.
-        recovery: undo each mistake and keep it out of the loss (DART). False: the mistake is demonstrated like any
-            other reply and not undone — the demonstrations of a noisy expert, whose imitation explores.
-        options_only: make mistakes only on option values, never on products.
-        typos_only: make mistakes only as misspelled product clicks on results pages (:meth:`_typo`).
-
-    Raises:
-        ValueError: both ``options_only`` and ``typos_only``.
     """
 
-    def __init__(self, noise: float = 0.0, seed: int = 0, recovery: bool = True, options_only: bool = False,
-                 typos_only: bool = False) -> None:
-        if options_only and typos_only:
-            raise ValueError("options_only and typos_only exclude each other")
+    def __init__(self, noise: float = 0.0, seed: int = 0) -> None:
         self.policy = OraclePolicy()
         self.goal_index: int | None = None
         self.noise = noise
         self.rng = random.Random(seed)
-        self.with_recovery = recovery
-        self.options_only = options_only
-        self.typos_only = typos_only
         self.recovery: str | None = None  # the action that undoes the last mistake
 
     def __call__(self, env: WebShopEnv) -> str | tuple[str, bool]:
@@ -93,9 +80,6 @@ class OracleDemonstrator:
         if self.noise and self.rng.random() < self.noise:
             mistake = self._mistake(action, env)
             if mistake is not None:
-                if not self.with_recovery:
-                    self.recovery = None
-                    return reply_for(mistake, env)
                 return reply_for(mistake, env), False
         return reply_for(action, env)
 
@@ -106,9 +90,7 @@ class OracleDemonstrator:
         if clicked is None or steps_left < MISTAKE_MARGIN:  # a mistake costs two steps; keep room to finish
             return None
         links = product_links(env.available_actions())
-        if self.typos_only:
-            return self._typo(action, clicked, links) if env.page.kind == "search_results" else None
-        if env.page.kind == "search_results" and clicked in links and not self.options_only:
+        if env.page.kind == "search_results" and clicked in links:
             others = [c for c in links if c != clicked]
             if others:
                 self.recovery = "click[< prev]"  # back to the results page, where the oracle clicks the target
@@ -122,25 +104,9 @@ class OracleDemonstrator:
                 return f"click[{self.rng.choice(values)}]"
         return None
 
-    def _typo(self, action: str, clicked: str, links: list[str]) -> str | None:
-        """``action``'s ASIN with one character dropped, doubled or replaced (a string no link on the page has), its
-        undo (the right click) remembered; None when ``action`` clicks no product."""
-        if clicked not in links:
-            return None
-        asin = clicked.upper()
-        while True:
-            i = self.rng.randrange(2, len(asin))  # keep the leading "B0", as the policy's own misspellings do
-            edit = self.rng.choice(("drop", "double", "replace"))
-            typo = {"drop": asin[:i] + asin[i + 1:], "double": asin[:i] + asin[i] + asin[i:],
-                    "replace": asin[:i] + self.rng.choice(ASIN_ALPHABET) + asin[i + 1:]}[edit]
-            if typo.lower() not in links:
-                self.recovery = action  # the click fails and leaves the results page; the right click follows
-                return f"click[{typo}]"
-
 
 def oracle_demonstrations(engine: RolloutEngine, envs: Sequence[WebShopEnv], goal_indices: Sequence[int],
-                          successful_only: bool = True, noise: float = 0.0, seed: int = 0, recovery: bool = True,
-                          options_only: bool = False, typos_only: bool = False,
+                          successful_only: bool = True, noise: float = 0.0, seed: int = 0,
                           copies: int = 1) -> list[Trajectory]:
     """Oracle trajectories for ``goal_indices``, rendered and tokenized by ``engine``.
 
@@ -149,15 +115,13 @@ def oracle_demonstrations(engine: RolloutEngine, envs: Sequence[WebShopEnv], goa
             wrong purchases).
         noise: DART's mistake probability per decision (module docstring); 0 = the plain oracle.
         seed: seeds the mistakes (each demonstration gets its own seed, derived from ``seed``, the goal and the copy).
-        recovery, options_only, typos_only: see :class:`OracleDemonstrator`.
         copies: demonstrations per goal (with noise, each makes its own mistakes).
     """
     trajectories: list[Trajectory] = []
     episodes = [(g, copy) for g in goal_indices for copy in range(copies)]
     for start in range(0, len(episodes), len(envs)):
         chunk = episodes[start:start + len(envs)]
-        demonstrators = [OracleDemonstrator(noise, derive_seed(seed, "dart", g, copy), recovery, options_only,
-                                            typos_only) for g, copy in chunk]
+        demonstrators = [OracleDemonstrator(noise, derive_seed(seed, "dart", g, copy)) for g, copy in chunk]
         chunk = [g for g, _ in chunk]
         trajectories += engine.rollout(envs[: len(chunk)], chunk, seed=0, demonstrators=demonstrators)
     return [t for t in trajectories if t.success or not successful_only]

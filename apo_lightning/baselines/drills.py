@@ -1,33 +1,24 @@
 """Turn drills: a short course that teaches a from-scratch tiny decoder to copy from its context.
 
 Every WebShop action copies something the model has read: the search query from the instruction, an ASIN from
-the results page, an option value from the instruction. A decoder of a few million parameters trained from random
-weights directly on whole oracle episodes does not discover copying in a CPU budget: it memorises training
-instructions instead (measured: 0 % success after 1,350 SFT steps of 4 demonstrations). Copying needs an
-*induction* circuit (Olsson et al., 2022, "In-context learning and induction heads"), which forms quickly when
-copying is most of the loss and memorising cannot pay. Abstract drills (repeat one of several labelled lines)
-did not transfer (0 % exact copies after 600 batches); content-cued copies in the real layout do.
+the results page, an option value from the instruction. Copying needs an *induction* circuit (Olsson et al., 2022,
+"In-context learning and induction heads"), which forms quickly when copying is most of the loss and memorising
+cannot pay; a small decoder trained from random weights on whole oracle episodes tends to memorise the training
+instructions instead (docs/experiments.md, "The tiny reference policies").
 
 A turn drill is one turn of an oracle episode shown alone: the system and task messages and that turn's page, and
 the oracle's reply as the target (only the reply's tokens are in the loss). Three kinds of turn are drawn, the
 three copies an episode needs: the search page (copy the instruction up to its price clause), the first results
 page (copy the ASIN of the product that matches the instruction, or page on) and the first turn on the item page
-(copy an option value named in the instruction, or buy). Half of the search drills show a *spliced* instruction,
-the start of one training instruction joined to the end of another, so that the query cannot be recalled from
-memory and must be copied.
+(copy an option value named in the instruction, or buy). A share ``splice`` of the search drills (half by
+default) shows a *spliced* instruction, the start of one training instruction joined to the end of another, so that
+the query cannot be recalled from memory and must be copied.
 
-A *value-swap* item-page drill (``swap``) answers the other way a small policy avoids copying: it remembers each
-product's option values and clicks one that another goal of the product asked for (measured on the quick start's
-reference: 85 of its 86 wrong option clicks on test goals). The drill replaces the clicked value in the instruction, on
-the page's option button and in the reply by a value of the same option from another product that this page does not
-offer: a product that never existed, whose value can only be copied from the instruction.
-
-An *ASIN-swap* results-page drill (``asin_swap``) answers the same for the product click: the quick start's reference
-never copies an ASIN from the page, it recalls the ASIN it remembers for the instruction (measured on a catalog of
-the same generator with another seed: 0 % success, 198 of 198 product clicks on ASINs that are not on the page, 41 of
-them ASINs of the catalog it was trained on). The drill replaces the clicked ASIN on the page, in the list of
-available actions and in the reply by a new random ASIN that no product of the catalog has, so the click can only be
-copied from the page.
+A *value-swap* item-page drill (``swap``) targets a policy that remembers each product's option values and clicks
+one that another goal of the product asked for. The drill replaces the clicked value in the instruction, on the
+page's option button and in the reply by a value of the same option from another product that this page does not
+offer: a product that never existed, whose value can only be copied from the instruction (docs/experiments.md,
+"References built further").
 
 Drills are training data: the SFT run trains on them through the Trainer before the demonstrations
 (``lit.sft_data``); this module only draws them and measures how well a model copies.
@@ -44,7 +35,6 @@ import torch
 
 from ..rollout.chat import ChatFormat
 from ..webshop import WebShop, WebShopEnv
-from ..webshop.synthetic import new_asin
 from .demonstrations import reply_for
 from .scripted import OraclePolicy, scripted_steps, strip_price
 
@@ -88,19 +78,22 @@ class TurnDrills:
         max_steps: the env's step limit (shown as "actions left").
         swap: probability that an item-page drill whose reply clicks an option swaps that value for another
             product's (module docstring).
-        asin_swap: probability that a results-page drill whose reply clicks a product swaps its ASIN for a new one
-            (module docstring).
+
+    Raises:
+        ValueError: no goal, or ``splice`` or ``swap`` outside [0, 1].
     """
 
     def __init__(self, shop: WebShop, chat: ChatFormat, tokenizer, goal_indices: Sequence[int],
-                 splice: float = 0.5, max_steps: int = 15, swap: float = 0.0, asin_swap: float = 0.0) -> None:
+                 splice: float = 0.5, max_steps: int = 15, swap: float = 0.0) -> None:
         if not goal_indices:
-            raise ValueError("turn drills need at least one goal")
+            raise ValueError("goal_indices must hold at least one goal, got none")
+        for name, value in (("splice", splice), ("swap", swap)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
         self.shop, self.chat, self.tokenizer = shop, chat, tokenizer
         self.goal_indices = list(goal_indices)
         self.splice = splice
         self.swap = swap
-        self.asin_swap = asin_swap
         self.env = WebShopEnv(shop, max_steps=max_steps)
         self.oracle = OraclePolicy()
         self._turns: dict[int, dict[str, tuple[int, str, dict, str, tuple[str, str] | None]]] = {}
@@ -128,13 +121,8 @@ class TurnDrills:
         self._turns[goal_index] = turns
         return turns
 
-    @cached_property
-    def catalog_asins(self) -> frozenset[str]:
-        """Every ASIN of the catalog, upper-case (a swapped-in ASIN is none of them)."""
-        return frozenset(product["asin"].upper() for product in self.shop.products)
-
     def draw(self, rng: random.Random, kind: str | None = None, splice: bool | None = None,
-             swap: bool | None = None, asin_swap: bool | None = None) -> dict[str, list[int]]:
+             swap: bool | None = None) -> dict[str, list[int]]:
         """One drill: ``{"input_ids": [...], "gen_mask": [...]}``, the mask 1 exactly on the reply's tokens.
 
         Args:
@@ -143,8 +131,6 @@ class TurnDrills:
             swap: force or forbid a value swap on an item-page drill (None: with probability ``swap``; only when
                 the reply clicks an option whose value the instruction names word for word, as synthetic goals
                 do, and the catalog has another value of that option to swap in).
-            asin_swap: force or forbid an ASIN swap on a results-page drill (None: with probability ``asin_swap``;
-                only when the reply clicks a product).
         """
         goal_index = rng.choice(self.goal_indices)
         turns = self._first_turns(goal_index)
@@ -165,11 +151,6 @@ class TurnDrills:
                 swap = self.swap > 0 and rng.random() < self.swap
             if swap:
                 instruction, user, reply = self._swap_value(rng, option, instruction, user, reply)
-        if kind == "search_results":
-            if asin_swap is None:  # as for swap: no draw when ASIN swaps are off
-                asin_swap = self.asin_swap > 0 and rng.random() < self.asin_swap
-            if asin_swap:
-                user, reply = self._swap_asin(rng, user, reply)
         messages = self.chat.messages(instruction, [(user, None)])
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -192,21 +173,6 @@ class TurnDrills:
         user = user.replace(instruction, swapped).replace(f"[{value}]", f"[{new}]")
         return swapped, user, reply.replace(value, new)
 
-    def _swap_asin(self, rng: random.Random, user: str, reply: str) -> tuple[str, str]:
-        """``(user message, reply)`` with the ASIN the reply clicks replaced, case-insensitively, by a new ASIN
-        (module docstring); unchanged when the reply does not click an ASIN shown on the page."""
-        match = re.search(r"click\[([^\]]+)\]", reply)
-        if match is None or match.group(1).upper() not in self.catalog_asins or not re.search(
-                re.escape(match.group(1)), user, re.IGNORECASE):
-            return user, reply
-        new = new_asin(rng, self.catalog_asins)
-        old = re.compile(re.escape(match.group(1)), re.IGNORECASE)
-
-        def same_case(found: re.Match) -> str:
-            return new if found.group(0).isupper() else new.lower()
-
-        return old.sub(same_case, user), old.sub(same_case, reply)
-
 
 @torch.no_grad()
 def copy_accuracy(model, drills: TurnDrills, per_kind: int = 16, seed: int = 1,
@@ -214,8 +180,8 @@ def copy_accuracy(model, drills: TurnDrills, per_kind: int = 16, seed: int = 1,
     """Fraction of drills (no splicing) whose reply the model reproduces exactly with greedy decoding, per page kind.
 
     Args:
-        swapped: every results-page drill with its ASIN swapped and every item-page drill with its option value
-            swapped (where the drill allows it), instead of none: copies of what the model cannot have remembered.
+        swapped: every item-page drill with its option value swapped (where the drill allows it), instead of none:
+            copies of what the model cannot have remembered.
 
     Returns:
         ``{"index": acc, "search_results": acc, "item_page": acc}`` (index: the search page), each in [0, 1].
@@ -229,7 +195,7 @@ def copy_accuracy(model, drills: TurnDrills, per_kind: int = 16, seed: int = 1,
     for kind in DRILL_PAGES:
         correct = 0
         for _ in range(per_kind):
-            drill = drills.draw(rng, kind=kind, splice=False, swap=swapped, asin_swap=swapped)
+            drill = drills.draw(rng, kind=kind, splice=False, swap=swapped)
             first = drill["gen_mask"].index(1)
             prompt = torch.tensor([drill["input_ids"][:first]], device=device)
             target = drill["input_ids"][first:]

@@ -25,9 +25,11 @@ import time
 import torch
 
 from ..rollout.chat import ChatFormat
+from ..rollout.settings import RolloutSettings
 from ..utils.files import atomic_write_text
 from ..webshop import WebShop
-from ..webshop.datadir import resolve_data_dir
+from ..webshop.datadir import SYNTHETIC, resolve_data_dir
+from ..webshop.settings import EnvConfig
 from .compare import common_goals, compare_episodes, format_comparison, load_episodes
 from .evaluate import SCRIPTED, PolicyRollouts, greedy_summary, play_scripted, run_rollouts, sampled_summary
 from .report import write_results
@@ -47,17 +49,17 @@ def evaluate_command(args: argparse.Namespace) -> dict:
         trajectories = play_scripted(args.model, shop, goals, args.max_steps, args.seed)
         metrics = greedy_summary(trajectories)
     else:
+        env = EnvConfig(data_dir=str(data_dir) if data_dir else SYNTHETIC, goals=args.goals, seed=args.catalog_seed,
+                        split_scheme=args.split_scheme, max_steps=args.max_steps)
+        rollout = RolloutSettings(max_new_tokens=args.max_new_tokens, valid_clicks=args.valid_clicks)
         chat = ChatFormat(history_turns=args.history_turns, context_budget=args.context_budget)
-        job = PolicyRollouts(args.model, str(data_dir) if data_dir else None, args.goals, args.catalog_seed, chat,
-                             args.max_new_tokens, args.batch_size, args.max_steps, args.seed, "evaluate",
-                             gguf_file=args.gguf_file, dtype=args.dtype, device=args.device, threads=args.threads,
-                             valid_clicks=args.valid_clicks, click_choice=args.click_choice)
+        job = PolicyRollouts(args.model, env, rollout, chat, args.batch_size, args.seed, "evaluate",
+                             gguf_file=args.gguf_file, dtype=args.dtype, device=args.device, threads=args.threads)
         trajectories = run_rollouts(job, goals, args.processes)
         metrics = greedy_summary(trajectories)
         if args.samples:
             sampled = replace(job, purpose="evaluate-samples", greedy=False, samples=args.samples,
-                              temperature=args.temperature, top_p=args.top_p,
-                              sampled_turn_prob=args.sampled_turn_prob)
+                              rollout=replace(rollout, temperature=args.temperature, top_p=args.top_p))
             metrics.update(sampled_summary(run_rollouts(sampled, goals, args.processes), seed=args.seed))
             metrics["temperature"] = args.temperature
     if args.results_dir:
@@ -115,13 +117,8 @@ def main(argv: list[str] | None = None) -> dict:
     ev.add_argument("--samples", type=int, default=0, help="also K sampled episodes per goal: sampled success, pass@k")
     ev.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of --samples")
     ev.add_argument("--top-p", type=float, default=1.0, help="nucleus mass of --samples")
-    ev.add_argument("--sampled-turn-prob", type=float, default=1.0,
-                    help="--samples: sample each turn with this probability, decode it greedily otherwise")
     ev.add_argument("--valid-clicks", action="store_true",
                     help="constrain click arguments to the items on the page (greedy and sampled episodes)")
-    ev.add_argument("--click-choice", choices=("token", "sequence"), default="token",
-                    help="--valid-clicks: follow the policy token by token, or choose the whole clickable by its "
-                         "log-probability")
     ev.add_argument("--history-turns", type=int, default=None, help="last k turns only (default: full)")
     ev.add_argument("--context-budget", type=int, default=4096)
     ev.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")

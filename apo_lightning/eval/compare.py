@@ -8,14 +8,13 @@ interval, the paired difference with its bootstrap interval, and the goals where
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
 from .metrics import bootstrap_interval, mean_interval, wilson_interval
-from .report import EPISODES_FILE
+from .schema import EPISODES_FILE, read_jsonl
 
 
 def load_episodes(path: str | Path, method: str | None = None, split: str | None = None) -> tuple[str, dict[int, dict]]:
@@ -30,14 +29,15 @@ def load_episodes(path: str | Path, method: str | None = None, split: str | None
 
     Raises:
         FileNotFoundError: no ``episodes.jsonl`` there.
-        ValueError: no records match, several (method, split) pairs match and none was chosen, or a goal repeats.
+        ValueError: a line is not JSON (file and line named), no records match, several (method, split) pairs
+            match and none was chosen, or a goal repeats.
     """
     path = Path(path)
     file = path if path.suffix == ".jsonl" else path / EPISODES_FILE
     if not file.is_file():
         raise FileNotFoundError(f"{file} does not exist: give a results directory written by `cli.py test` or "
                                 "`python -m apo_lightning.eval evaluate --results-dir`")
-    records = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = list(read_jsonl(file))
     pairs = sorted({(r["method"], r["split"]) for r in records
                     if (method is None or r["method"] == method) and (split is None or r["split"] == split)})
     if len(pairs) != 1:

@@ -10,17 +10,20 @@ import multiprocessing
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Sequence
 
 import torch
 from tqdm import tqdm
 
 from ..baselines.scripted import POLICIES, make_policy, play_episode
 from ..rollout.chat import ChatFormat
-from ..rollout.engine import RolloutEngine, rollout_goals
+from ..rollout.engine import rollout_goals
+from ..rollout.settings import RolloutSettings
 from ..rollout.trajectory import Trajectory
 from ..utils.seeds import derive_seed
 from ..webshop import WebShop, WebShopEnv
+from ..webshop.datadir import resolve_data_dir
+from ..webshop.settings import EnvConfig
 from .metrics import bootstrap_interval, pass_at_k, trajectory_metrics, wilson_interval
 
 SCRIPTED = tuple(sorted(POLICIES))
@@ -72,30 +75,31 @@ def sampled_summary(samples: Sequence[Trajectory], seed: int = 0) -> dict[str, f
 class PolicyRollouts:
     """Everything a process needs to roll out a model policy on goals (a picklable job for :func:`run_rollouts`).
 
-    ``greedy`` decodes greedily; otherwise each goal is repeated ``samples`` times and sampled at ``temperature``
-    and ``top_p``, each turn with probability ``sampled_turn_prob`` (greedily otherwise). ``valid_clicks`` constrains
-    click arguments to the page's clickables (``rollout.constrained``), greedy and sampled, choosing the clickable
-    as ``click_choice`` says (``RolloutEngine``). Chunk seeds derive from
-    ``seed`` and ``purpose``.
+    Args:
+        model: the policy: a model directory, a hub id or a name ``models.loading.load_policy`` knows.
+        env: the catalog and how episodes run; its ``data_dir`` is resolved again in every process, so give the
+            folder itself (or "synthetic").
+        rollout: how replies are sampled (``temperature``, ``top_p``), their token limit and ``valid_clicks``.
+        chat: the prompt format and reward.
+        batch_size: episodes per rollout batch.
+        seed: the run seed; chunk seeds derive from it and ``purpose``.
+        purpose: names this job in the seeds (e.g. "evaluate", "evaluate-samples").
+        greedy: decode greedily; otherwise each goal is repeated ``samples`` times and sampled.
+        samples: sampled episodes per goal (without ``greedy``).
+        gguf_file: a GGUF file in ``model`` to load instead of safetensors.
+        dtype, device: how the weights are loaded and where they run.
+        threads: torch intra-op threads per process.
     """
 
     model: str
-    data_dir: str | None
-    goal_kind: str
-    catalog_seed: int
+    env: EnvConfig
+    rollout: RolloutSettings
     chat: ChatFormat
-    max_new_tokens: int
     batch_size: int
-    max_steps: int
     seed: int
     purpose: str
     greedy: bool = True
     samples: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    sampled_turn_prob: float = 1.0
-    valid_clicks: bool = False
-    click_choice: Literal["token", "sequence"] = "token"
     gguf_file: str | None = None
     dtype: str = "float32"
     device: str = "cpu"
@@ -107,14 +111,13 @@ def _rollout_part(job: PolicyRollouts, goals: list[int], offset: int, progress: 
     from ..models.loading import load_policy
 
     torch.set_num_threads(job.threads)
-    shop = WebShop.load(job.data_dir, goals=job.goal_kind, seed=job.catalog_seed)
+    data_dir, _ = resolve_data_dir(job.env.data_dir)  # quietly: the command said where the data comes from
+    shop = WebShop.load(data_dir, goals=job.env.goals, seed=job.env.seed)
     model, tokenizer = load_policy(job.model, gguf_file=job.gguf_file, dtype=job.dtype, device=job.device)
-    engine = RolloutEngine(model, tokenizer, job.chat, max_new_tokens=job.max_new_tokens, greedy=job.greedy,
-                           temperature=job.temperature, top_p=job.top_p, sampled_turn_prob=job.sampled_turn_prob,
-                           valid_clicks=job.valid_clicks, click_choice=job.click_choice)
+    engine = job.rollout.engine(model, tokenizer, job.chat, greedy=job.greedy)
     return rollout_goals(engine, shop, goals, job.batch_size, derive_seed(job.seed, job.purpose),
-                         max_steps=job.max_steps, progress=progress, seed_offset=offset,
-                         description="greedy episodes" if job.greedy else "sampled episodes")
+                         observation_mode=job.env.observation_mode, max_steps=job.env.max_steps, progress=progress,
+                         seed_offset=offset, description="greedy episodes" if job.greedy else "sampled episodes")
 
 
 def _rollout_part_star(args) -> list[Trajectory]:

@@ -16,8 +16,8 @@ self-contained page:
 
 The page works offline from a ``file://`` URL: inline CSS, inline SVG, a few lines of inline JavaScript (open the
 episode an anchor points at; the filters); no server, CDN, external font or script. Every text from the files is
-HTML-escaped. The figures and intervals come from ``eval.metrics``; the failure classes and their descriptions from
-``eval.report``, which writes the files this page reads.
+HTML-escaped. The figures and intervals come from ``eval.metrics``; the file names, failure classes and their
+descriptions from ``eval.schema``.
 """
 
 from __future__ import annotations
@@ -33,11 +33,19 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..utils.files import atomic_write_text
 from .metrics import mean_interval, wilson_interval
-from .report import CLASS_TEXT, EPISODES_FILE, FAILURE_CLASSES, SUMMARY_FILE, read_jsonl
+from .schema import (
+    BASE_COLUMNS,
+    CATEGORY_PREFIXES,
+    CLASS_TEXT,
+    EPISODES_FILE,
+    FAILURE_CLASSES,
+    REPORT_FILE,
+    SUCCESS,
+    SUMMARY_FILE,
+    plural,
+    read_jsonl,
+)
 
-REPORT_FILE = "report.html"
-_BASE = {"method", "split", "episodes", "success_rate", "score", "avg_turns", "invalid_reply_rate"}
-_CATEGORY_PREFIXES = ("success_rate/", "episodes/")
 PALETTE = ("#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5", "#9c6b4e")
 _BAR_AREA = 440  # px of the bar charts' value axis
 
@@ -104,7 +112,7 @@ class _Section:
         cls = record.get("failure_class")
         if cls:
             return str(cls)
-        return "success" if record.get("success") else "unclassified"
+        return SUCCESS if record.get("success") else "unclassified"
 
 
 def _sections(rows: Sequence[Mapping[str, str]], episodes: Iterable[Mapping[str, Any]]) -> list[_Section]:
@@ -179,7 +187,8 @@ def _headline(sections: Sequence[_Section]) -> str:
         }
         rows.append(f'<tr data-method="{_e(s.method)}" data-split="{_e(s.split)}">'
                     + "".join(f'<td data-col="{k}">{v}</td>' for k, v in cells.items()) + "</tr>")
-        extras += [c for c in s.row if c not in _BASE and not c.startswith(_CATEGORY_PREFIXES) and c not in extras]
+        extras += [c for c in s.row
+                   if c not in BASE_COLUMNS and not c.startswith(CATEGORY_PREFIXES) and c not in extras]
     out = [f'<table id="headline" class="grid">{head}{"".join(rows)}</table>',
            "<p class=\"note\">Success = WebShop score exactly 1. Score = 100 × mean WebShop score; its interval is "
            "Student's t over the episodes in episodes.jsonl (none shown without them).</p>"]
@@ -246,7 +255,7 @@ def _category_chart(split: str, sections: Sequence[_Section]) -> str:
 
 def _classes(section: _Section) -> tuple[Counter, list[str]]:
     counts = Counter(section.episode_class(r) for r in section.episodes)
-    failed = {c: k for c, k in counts.items() if c != "success"}
+    failed = {c: k for c, k in counts.items() if c != SUCCESS}
     order = [c for c in FAILURE_CLASSES] + sorted(set(failed) - set(FAILURE_CLASSES))
     return Counter(failed), order
 
@@ -270,7 +279,7 @@ def _failure_section(s: _Section) -> str:
         else:
             tag, close = '<g class="fbar"', "</g>"
         parts.append(f'{tag} data-class="{_e(cls)}" data-count="{k}">'
-                     f'<title>{_e(cls)}: {_plural(k, "episode")} ({_pct(share)} of failures). '
+                     f'<title>{_e(cls)}: {plural(k, "episode")} ({_pct(share)} of failures). '
                      f'{_e(CLASS_TEXT.get(cls, ""))}</title>'
                      f'<text class="cat" x="{x0 - 8}" y="{y + bar - 5}" text-anchor="end">{_e(cls)}</text>'
                      f'<rect x="{x0}" y="{y}" width="{k / top * _BAR_AREA:.1f}" height="{bar}" fill="#ff725c"/>'
@@ -287,16 +296,12 @@ def _failure_section(s: _Section) -> str:
         links = " ".join(f'<a href="#ep-{s.index}-{j}">goal {_e(s.episodes[j].get("goal_index", j))}</a>'
                          for j in members)
         blocks.append(f'<div class="fclass" id="fc-{s.index}-{_slug(cls)}"><h4>{_e(cls)} — '
-                      f'{_plural(len(members), "episode")} ({_pct(len(members) / failed)} of failures)</h4>'
+                      f'{plural(len(members), "episode")} ({_pct(len(members) / failed)} of failures)</h4>'
                       f'<p>{_e(text)}</p>{_example(s, members[0])}<p class="members">Episodes: {links}</p></div>')
     empty = [cls for cls in order if not counts.get(cls)]
     if empty:
         blocks.append(f'<p class="note">No episodes in: {_e(", ".join(empty))}.</p>')
     return head + chart + "\n".join(blocks)
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _example(s: _Section, j: int) -> str:
@@ -372,7 +377,7 @@ def _episode(s: _Section, j: int) -> str:
     turns = r.get("turns") or []
     info = r.get("reward_info") or {}
     info_text = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in info.items()) or "–"
-    badge = "ok" if cls == "success" else "fail"
+    badge = "ok" if cls == SUCCESS else "fail"
     search_text = f"goal {r.get('goal_index')} {cls} {_instruction(r)}".lower()
     rows = [("Instruction", _instruction(r)), ("Goal", _goal_text(r.get("goal") or {})),
             ("Bought", _bought(r.get("purchased"))), ("Reward info", info_text)]

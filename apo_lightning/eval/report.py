@@ -5,12 +5,13 @@
 * ``summary.csv``: one row per (method, split): method, split, episodes, success_rate, score (100 × mean WebShop
   score), avg_turns (turns per episode), invalid_reply_rate (turns whose reply had no parseable action / all
   turns; the quantities of ``eval.metrics``), the ``extra`` columns, then per goal category
-  ``success_rate/<category>`` and ``episodes/<category>`` in sorted category order. Several methods share one directory: a new (method, split) row is added, a row with the same
-  (method, split) is replaced, and when the columns differ the file is rewritten with their union (missing cells
-  empty).
+  ``success_rate/<category>`` and ``episodes/<category>`` in sorted category order. Several methods share one
+  directory: a new (method, split) row is added, a row with the same (method, split) is replaced, and when the
+  columns differ the file is rewritten with their union (missing cells empty).
 * ``episodes.jsonl``: one audit record per episode (the full goal dict, every turn's thought, action, format
   error, reply, observation, score (the env's step reward: the WebShop score at Buy Now, else 0) and validity,
-  the purchase, score, reward, verbose reward info, failure class and a one-line explanation). Records of other (method, split) pairs already in the file are kept.
+  the purchase, score, reward, verbose reward info, failure class and a one-line explanation). Records of other
+  (method, split) pairs already in the file are kept.
 * ``failure_analysis.md``: per (method, split) in the file, a ``| class | count | share |`` table over the failed
   episodes and a paragraph per class with the first example (rendered from ``episodes.jsonl``, so it covers
   every method in the directory).
@@ -51,44 +52,29 @@ import csv
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..rollout.trajectory import Trajectory
 from ..utils.files import atomic_write
 from ..webshop import WebShop
 from ..webshop.reward import attribute_matches, option_matches
+from .html_report import write_html_report
 from .metrics import trajectory_metrics
+from .schema import (
+    BASE_COLUMNS,
+    CATEGORY_PREFIXES,
+    CLASS_TEXT,
+    EPISODES_FILE,
+    FAILURE_CLASSES,
+    FAILURES_FILE,
+    SUCCESS,
+    SUMMARY_FILE,
+    plural,
+    read_jsonl,
+)
 
-SUMMARY_FILE, EPISODES_FILE, FAILURES_FILE = "summary.csv", "episodes.jsonl", "failure_analysis.md"
-#: The failure classes, in the order ``classify_failure`` checks them (the table's row order).
-FAILURE_CLASSES = ("format_errors", "search_loop", "no_purchase_step_limit", "over_price", "wrong_product",
-                   "right_product_wrong_options", "other")
-SUCCESS = "success"
-#: The summary columns every row has, in order; category and ``extra`` columns follow.
-BASE_COLUMNS = ("method", "split", "episodes", "success_rate", "score", "avg_turns", "invalid_reply_rate")
 SEARCH_LOOP_MIN_SEARCHES = 3
-_CATEGORY_PREFIXES = ("success_rate/", "episodes/")
 _MAX_ACTION_CHARS = 160
-
-CLASS_TEXT = {
-    "format_errors": "At least half of the replies had no parseable `<answer>search[...]</answer>` or "
-                     "`click[...]` action, or the env never executed one: the policy does not follow the reply "
-                     "format. More SFT on demonstrations, or a larger format penalty, addresses these.",
-    "search_loop": "No purchase after at least 3 searches, or after repeating a search: the policy keeps "
-                   "reformulating (or re-issuing) queries instead of opening a result and buying.",
-    "no_purchase_step_limit": "The step limit ended the episode before Buy Now, without a search loop: the "
-                              "policy browsed (results pages, item pages, sub-pages) until it ran out of steps.",
-    "over_price": "The purchased product cost more than the instruction's price ceiling (`r_price` False). "
-                  "Reported whatever else was wrong, since the price is shown on the results page.",
-    "wrong_product": "A product other than the goal's was bought and it is not a full substitute: its type "
-                     "(`r_type` < 1: query, category and title-noun overlap) or some goal attribute (`r_att` < 1) "
-                     "does not match.",
-    "right_product_wrong_options": "The goal's own product was bought, but at least one goal option (size, "
-                                   "colour, ...) was not selected before Buy Now (`r_option` < 1).",
-    "other": "Anything else: e.g. a different product of the right type with every attribute that missed only "
-             "options, the goal's product with an attribute the reward's text matching misses, or an episode that "
-             "ended without a purchase and without reaching the step limit.",
-}
 
 
 # ---------------------------------------------------------------------------------------------------- classify
@@ -149,10 +135,6 @@ def _goal_option_items(goal: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return [(str(o), o) for o in options]
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}es" if word.endswith("h") else f"{n} {word}s"
-
-
 def describe_failure(trajectory: Trajectory, goal: Mapping[str, Any], shop: WebShop) -> str:
     """One line saying what went wrong in an episode ('' for a success).
 
@@ -168,7 +150,7 @@ def describe_failure(trajectory: Trajectory, goal: Mapping[str, Any], shop: WebS
     if trajectory.purchased is None:
         searches = valid_searches(trajectory)
         ending = "the step limit ended it" if trajectory.truncated else "it ended"
-        text = (f"no purchase: {ending} after {len(turns)} turns with {_plural(len(searches), 'search')} "
+        text = (f"no purchase: {ending} after {len(turns)} turns with {plural(len(searches), 'search')} "
                 f"({len(set(searches))} distinct)")
         if unparsed or invalid:
             reasons = ", ".join(f"{k} ×{n}" for k, n in sorted(Counter(unparsed).items()))
@@ -237,7 +219,7 @@ def summary_row(trajectories: Sequence[Trajectory], shop: WebShop, method: str, 
     row.update({column: metrics[column] for column in BASE_COLUMNS[2:]})
     categories = category_breakdown(trajectories, shop)
     for key, value in (extra or {}).items():
-        if key in row or key.startswith(_CATEGORY_PREFIXES):
+        if key in row or key.startswith(CATEGORY_PREFIXES):
             raise ValueError(f"extra column {key!r} clashes with a metric column; rename it")
         row[key] = value
     for category, stats in categories.items():
@@ -249,9 +231,9 @@ def summary_row(trajectories: Sequence[Trajectory], shop: WebShop, method: str, 
 def _column_order(columns: Iterable[str]) -> list[str]:
     """Base columns, then the others (extras) in first-seen order, then category pairs by sorted category."""
     columns = list(dict.fromkeys(columns))
-    categories = sorted({c.split("/", 1)[1] for c in columns if c.startswith(_CATEGORY_PREFIXES)})
-    rest = [c for c in columns if c not in BASE_COLUMNS and not c.startswith(_CATEGORY_PREFIXES)]
-    category_columns = [f"{prefix}{category}" for category in categories for prefix in _CATEGORY_PREFIXES]
+    categories = sorted({c.split("/", 1)[1] for c in columns if c.startswith(CATEGORY_PREFIXES)})
+    rest = [c for c in columns if c not in BASE_COLUMNS and not c.startswith(CATEGORY_PREFIXES)]
+    category_columns = [f"{prefix}{category}" for category in categories for prefix in CATEGORY_PREFIXES]
     return [c for c in BASE_COLUMNS if c in columns] + rest + [c for c in category_columns if c in columns]
 
 
@@ -289,17 +271,6 @@ def episode_record(trajectory: Trajectory, shop: WebShop, method: str, split: st
         "failure_class": None if failure == SUCCESS else failure,
         "failure_detail": describe_failure(trajectory, goal, shop),
     }
-
-
-def read_jsonl(path: Path) -> Iterator[dict]:
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number}: not a JSON record ({e}); move the file away or fix it") from e
 
 
 class _Section:
@@ -438,7 +409,5 @@ def write_results(out_dir: str | Path, trajectories: Sequence[Trajectory], shop:
         f.write("\n".join(section.markdown() for section in sections.values()))
 
     _write_summary(out / SUMMARY_FILE, row)
-    from .html_report import write_html_report  # the page reads the files written above
-
-    write_html_report(out)
+    write_html_report(out)  # the page reads the files written above
     return row

@@ -1,5 +1,5 @@
-"""Oracle demonstrations as training examples, built once and cached: the SFT course's demonstrations and the RL
-demonstration anchor read them from here.
+"""Oracle demonstrations as training examples, built once and cached: the SFT course reads its demonstrations from
+here.
 
 The examples are rendered and tokenized by the rollout engine that RL samples with (so the token layout is
 identical) and stored as plain tensors (loaded with ``weights_only=True``) under a key over everything they depend on:
@@ -17,7 +17,7 @@ import torch
 from transformers import AutoTokenizer
 
 from ..baselines.demonstrations import oracle_demonstrations
-from ..models.loading import TOKENIZER_FILES
+from ..models.hub import TOKENIZER_FILES
 from ..rollout.chat import ChatFormat
 from ..rollout.engine import RolloutEngine
 from ..utils.files import atomic_write
@@ -29,22 +29,27 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DemoNoise:
-    """Mistakes in the oracle's demonstrations (``baselines.demonstrations``), for a reference that explores.
+    """DART demonstration noise (Laskey et al. 2017, "DART: Noise Injection for Robust Imitation Learning";
+    ``baselines.demonstrations``): the oracle sometimes clicks wrong, then undoes the mistake; the mistake stays in
+    the context and out of the loss, so the policy learns to leave states off the oracle's path.
 
     Args:
-        probability: chance of a wrong click at each decision (another product, another option value); 0 = none.
-        recovery: DART (Laskey et al. 2017): undo each mistake and keep it out of the loss, so the policy learns to
-            leave states off the oracle's path. False: the mistake is demonstrated and kept, as a noisy expert's.
-        options_only: mistakes on option values only.
-        typos_only: mistakes only as misspelled ASINs in product clicks (invalid actions), then the right click.
-        copies: demonstrations per goal (each with its own mistakes).
+        probability: chance of a wrong click at each decision (another product, another option value), in [0, 1];
+            0 = the plain oracle.
+        copies: demonstrations per goal (each with its own mistakes), >= 1.
+
+    Raises:
+        ValueError: a setting out of its range.
     """
 
     probability: float = 0.0
-    recovery: bool = True
-    options_only: bool = False
-    typos_only: bool = False
     copies: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.probability <= 1.0:
+            raise ValueError(f"demo_noise.probability must be in [0, 1], got {self.probability}")
+        if self.copies < 1:
+            raise ValueError(f"demo_noise.copies must be >= 1, got {self.copies}")
 
 
 class _NoModel:
@@ -86,9 +91,7 @@ def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat,
     envs = env.envs(64)
     data = {}
     for name, goals in goal_sets.items():
-        demos = oracle_demonstrations(engine, envs, list(goals), successful_only=noise.recovery,
-                                      noise=noise.probability, seed=seed, recovery=noise.recovery,
-                                      options_only=noise.options_only, typos_only=noise.typos_only,
+        demos = oracle_demonstrations(engine, envs, list(goals), noise=noise.probability, seed=seed,
                                       copies=noise.copies)
         segments = [(t.goal_index, s) for t in demos for s in t.segments]
         data[name] = {"input_ids": [torch.tensor(s.token_ids, dtype=torch.int32) for _, s in segments],

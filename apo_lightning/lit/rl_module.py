@@ -1,12 +1,26 @@
 """The RL LightningModule: the policy, the frozen reference π_ref, and the configured objective's loss.
 
 Each training batch holds fresh trajectories of the current policy (``rl_data``); the module computes log π and
-log π_ref at the generated tokens, packs them one row per trajectory and asks the objective
-(``apo.objectives.OBJECTIVES[algorithm]``) for the loss. It never branches on the objective's name.
+log π_ref at the generated tokens, packs them one row per trajectory and asks the objective (an
+``apo.objectives.Objective``) for the loss. It never branches on the objective's name.
+
+The objective is one argument, its class and settings together::
+
+    model:
+      init_args:
+        objective:
+          class_path: apo_lightning.apo.objectives.GRPO   # or APO, KLPG, AWR
+          init_args: {group_size: 4, beta_kl: 0.04}
+
+On the command line ``--model.objective=GRPO --model.objective.beta_kl=0.04`` (the class by its name, then its
+settings; a later ``--config`` with another ``class_path`` replaces the objective, keeping only the settings the new
+class also has). ``python cli.py fit --config configs/quickstart.yaml --model.objective=GRPO --help`` (or
+``--print_config=comments``) lists that objective's settings, ``--model.objective.help GRPO`` those of any objective.
 
 The reference is kept outside the module's parameters: it is not trained, not in the optimizer and not in the
 checkpoint (it is reloaded from ``model_name_or_path``). With LoRA the reference is the same network with the adapter
-switched off, so no second copy is held.
+switched off, so no second copy is held. A checkpoint records the objective, the reference (path, dtype and a hash
+of its weights) and the LoRA settings; ``fit`` refuses to resume it under any other (``on_load_checkpoint``).
 """
 
 from __future__ import annotations
@@ -19,22 +33,22 @@ from typing import Literal
 
 import torch
 from lightning.pytorch import LightningModule
+from lightning.pytorch.trainer.states import TrainerFn
 from torchmetrics import MeanMetric
 from transformers import get_wsd_schedule
 
-from ..apo.logprobs import generated_logprobs, generated_nll, pack_generated
-from ..apo.objectives import OBJECTIVES, Algorithm, PackedBatch, kl_statistics
-from ..apo.objectives.apo import APOSettings
-from ..apo.objectives.awr import AWRSettings
-from ..apo.objectives.grpo import GRPOSettings
-from ..apo.objectives.kl_pg import KLPGSettings
+from ..apo.logprobs import generated_logprobs, pack_generated
+from ..apo.objectives import APO, Objective, PackedBatch, kl_statistics
 from ..eval.metrics import trajectory_metrics
 from ..eval.report import write_results
 from ..models.loading import load_policy
 from ..rollout.trajectory import Trajectory
+from ..utils.hashing import hash_state_dict
 
 log = logging.getLogger(__name__)
 DType = Literal["float32", "bfloat16", "float16"]
+#: what a resumed run must share with its checkpoint: {name in messages: ``training_setup`` key compared}
+RESUME_CHECKS = {"objective": "objective", "reference": "reference_sha256", "lora": "lora"}
 
 
 @dataclass
@@ -55,56 +69,44 @@ class LoraSettings:
 
 
 class WebShopRLModule(LightningModule):
-    """RL fine-tuning of a language-model policy on WebShop with A*-PO (or another objective).
+    """RL fine-tuning of a language-model policy on WebShop with one objective (A*-PO by default).
 
     Args:
         model_name_or_path: π_ref, the frozen reference (usually the SFT-warm-started policy); the policy starts
             as a copy of it (A*-PO's π_0 = π_ref).
-        algorithm: the objective: "apo" (A*-PO), "grpo", "kl_pg" (KL-anchored policy gradient) or "awr"
-            (advantage-weighted SFT). Its settings are the argument of the same name.
-        apo: A*-PO settings.
-        grpo: GRPO settings.
-        kl_pg: KL-anchored policy-gradient settings.
-        awr: advantage-weighted SFT settings.
+        objective: the objective and its settings: ``APO`` (A*-PO, Brantley et al. 2025), ``GRPO`` (Shao et al.
+            2024), ``KLPG`` (the seed project's KL-anchored policy gradient) or ``AWR`` (advantage-weighted SFT),
+            from ``apo_lightning.apo.objectives`` (module docstring: how a config or the command line sets it).
         learning_rate: AdamW learning rate.
         weight_decay: AdamW weight decay.
         warmup_steps: linear learning-rate warm-up steps: with ``decay_steps`` 0, step s (from 0) trains at
             ``(s + 1) / warmup_steps`` of the rate.
         decay_steps: 0 (default) keeps the rate constant after the warm-up. N > 0 anneals it over the run's last N
-            steps of ``trainer.max_steps``, by a cosine to 0 (warm-up, stable, decay:
-            ``transformers.get_wsd_schedule``, whose warm-up starts at 0, so step 0 trains at rate 0 and step s
-            below ``warmup_steps`` at ``s / warmup_steps``). Raises ValueError at the start of ``fit`` when
+            steps of ``trainer.max_steps``, by a cosine to 0: the warmup-stable-decay schedule (Hu et al. 2024,
+            MiniCPM) of ``transformers.get_wsd_schedule``, whose warm-up starts at 0, so step 0 trains at rate 0
+            and step s below ``warmup_steps`` at ``s / warmup_steps``. Raises ValueError at the start of ``fit`` when
             ``trainer.max_steps`` is unset or shorter than ``warmup_steps + decay_steps``. A run that
             ``trainer.max_time`` stops first ends before its decay does.
-        anchor_weight: λ of a demonstration anchor: add λ · (SFT loss on the oracle demonstrations the data module
-            attaches to each batch, ``data.anchor_demos``, drawn from ``data.anchor_goals``) to the objective's loss;
-            0 = none (as the WebShop paper's RL).
-        objective_weight: the weight of the objective's loss (1 = the objective as published). 0 with
-            ``anchor_weight`` > 0 trains on the demonstrations alone while rolling out as usual: the anchor's
-            ablation, at the same steps, learning rate and trajectories.
         lora: LoRA settings (rank 0 = full fine-tuning).
         dtype: weights dtype; mixed precision comes from the Trainer's ``precision``.
         sample_trajectories: how many trajectories to log as text every ``text_every`` steps.
         text_every: steps between text samples in TensorBoard (0 = none).
         results_dir: where ``cli.py test`` writes summary.csv, episodes.jsonl and failure_analysis.md (default:
             ``results/<run_name>``, else ``results``).
-        method_name: the method's name in the results (default: the algorithm).
+        method_name: the method's name in the results (default: the objective's name, e.g. ``apo``).
     """
 
-    def __init__(self, model_name_or_path: str = "data/models/tiny-sft", algorithm: Algorithm = "apo",
-                 apo: APOSettings = APOSettings(), grpo: GRPOSettings = GRPOSettings(),
-                 kl_pg: KLPGSettings = KLPGSettings(), awr: AWRSettings = AWRSettings(), learning_rate: float = 1e-4,
-                 weight_decay: float = 0.0, warmup_steps: int = 0, decay_steps: int = 0,
-                 anchor_weight: float = 0.0, objective_weight: float = 1.0, lora: LoraSettings = LoraSettings(),
-                 dtype: DType = "float32", sample_trajectories: int = 2, text_every: int = 25,
-                 results_dir: str | None = None, method_name: str | None = None):
+    def __init__(self, model_name_or_path: str = "data/models/tiny-sft", objective: Objective = APO(),
+                 learning_rate: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, decay_steps: int = 0,
+                 lora: LoraSettings = LoraSettings(), dtype: DType = "float32", sample_trajectories: int = 2,
+                 text_every: int = 25, results_dir: str | None = None, method_name: str | None = None):
         super().__init__()
         self.save_hyperparameters()
-        self.objective = OBJECTIVES[algorithm]
-        self.objective_settings = {"apo": apo, "grpo": grpo, "kl_pg": kl_pg, "awr": awr}[algorithm]
+        self.objective = objective
         self.lora_config = lora
         self.policy = None
         self.tokenizer = None
+        self.reference_sha256: str | None = None  # of π_ref as loaded (configure_model), 16 hex digits
         self._reference_box: list = []  # a list, not an attribute: keeps π_ref out of parameters() and checkpoints
         self.skipped_nonfinite = 0
         self._last_step_start: float | None = None
@@ -119,6 +121,7 @@ class WebShopRLModule(LightningModule):
             return
         hp = self.hparams
         policy, self.tokenizer = load_policy(hp.model_name_or_path, dtype=hp.dtype)
+        self.reference_sha256 = hash_state_dict(policy.state_dict())[:16]  # π_0 = π_ref: what a resume must match
         lora = self.lora_config
         if lora.rank > 0:
             from peft import LoraConfig, get_peft_model
@@ -183,17 +186,9 @@ class WebShopRLModule(LightningModule):
             self.log("time/trajectories_per_s", n / seconds, batch_size=n, sync_dist=True, reduce_fx="sum")
         self._last_step_start = now
         packed = self.packed_batch(batch)
-        loss, stats = self.objective.loss(packed, self.objective_settings)
-        loss = self.hparams.objective_weight * loss
+        loss, stats = self.objective.loss(packed)
         fresh = len(batch["trajectories"])  # the KL is the current policy's: measured on its own samples only
         stats.update(kl_statistics(packed.head(fresh)))
-        if self.hparams.anchor_weight:
-            if "demos" not in batch:
-                raise ValueError("anchor_weight > 0 needs demonstrations in the batches: set data.anchor_demos")
-            demos = batch["demos"]
-            anchor = generated_nll(self.policy, demos["input_ids"], demos["attention_mask"], demos["gen_mask"])
-            loss = loss + self.hparams.anchor_weight * anchor
-            stats["anchor_loss"] = anchor.detach()
         finite = torch.isfinite(loss).float()
         if self.trainer.world_size > 1:  # every rank must skip together, or DDP waits forever
             finite = self.trainer.strategy.reduce(finite, reduce_op="min")
@@ -221,15 +216,6 @@ class WebShopRLModule(LightningModule):
                 self.log(f"rollout/{name}", value, batch_size=n, sync_dist=True, prog_bar=name == "success_rate")
         self.log("rollout/trajectories_per_s", n / max(batch["rollout_seconds"], 1e-9), batch_size=n,
                  sync_dist=True, reduce_fx="sum")
-        if "replays" in batch:  # data.relabel: the replays under sibling goals that joined the batch
-            replays = batch["replays"]
-            # pooled over ranks (successes / rows), not a mean of per-rank rates: a rank may have no replays
-            counts = torch.tensor([len(replays), sum(t.success for t in replays)], dtype=torch.float32,
-                                  device=self.device)
-            rows, successes = self.trainer.strategy.reduce(counts, reduce_op="sum").tolist()
-            self.log("relabel/rows", rows, batch_size=n)
-            if rows:
-                self.log("relabel/success_rate", successes / rows, batch_size=n)
         if batch.get("stage1") and self.logger is not None and self.trainer.is_global_zero:
             self.logger.log_metrics({f"stage1/{k}": v for k, v in batch["stage1"].items()}, step=self.global_step)
         if self.hparams.text_every and self.global_step % self.hparams.text_every == 0:
@@ -276,9 +262,10 @@ class WebShopRLModule(LightningModule):
             trajectories = [t for part in gathered for t in part]
         self._test_trajectories = []
         if self.trainer.is_global_zero:
-            method = self.hparams.method_name or self.hparams.algorithm
-            summary = write_results(Path(self.hparams.results_dir or "results"), sorted(trajectories, key=lambda t: t.goal_index),
-                                    self.trainer.datamodule.shop, method=method, split="test")
+            method = self.hparams.method_name or self.objective.name
+            summary = write_results(Path(self.hparams.results_dir or "results"),
+                                    sorted(trajectories, key=lambda t: t.goal_index), self.trainer.datamodule.shop,
+                                    method=method, split="test")
             log.info("test results written to %s: %s", self.hparams.results_dir, summary)
 
     # ------------------------------------------------------------------------------------------------ optimizer
@@ -289,16 +276,43 @@ class WebShopRLModule(LightningModule):
         if decay > 0:
             total = self.trainer.max_steps
             if total < warmup + decay:  # trainer.max_steps is -1 when unset
-                raise ValueError(f"model.decay_steps={decay} anneals the last steps of trainer.max_steps, which must be "
-                                 f"set and at least warmup_steps + decay_steps = {warmup + decay} (it is {total})")
+                raise ValueError(f"decay_steps must fit in trainer.max_steps after warmup_steps: warmup_steps + "
+                                 f"decay_steps = {warmup + decay}, got trainer.max_steps {total} (-1: unset)")
             scheduler = get_wsd_schedule(optimizer, num_warmup_steps=warmup, num_stable_steps=total - warmup - decay,
                                          num_decay_steps=decay, decay_type="cosine")
         else:
             scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / max(1, warmup)))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def training_setup(self) -> dict[str, str]:
+        """What a checkpoint of this module must be resumed with, as text: ``objective`` (class and settings),
+        ``reference`` (path, dtype and weights hash, for messages), ``reference_sha256`` (the first 16 hex digits of
+        ``utils.hashing.hash_state_dict`` of π_ref as loaded) and ``lora`` (the LoRA settings)."""
+        hp = self.hparams
+        return {"objective": repr(self.objective), "lora": repr(self.lora_config),
+                "reference": f"{hp.model_name_or_path} ({hp.dtype} weights, sha256 {self.reference_sha256})",
+                "reference_sha256": str(self.reference_sha256)}
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["skipped_nonfinite"] = self.skipped_nonfinite
+        checkpoint["training_setup"] = self.training_setup()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Restore the count of skipped steps; in ``fit``, refuse a checkpoint trained under another setup.
+
+        Raises:
+            ValueError: resuming (``fit``) a checkpoint whose objective, reference weights or LoRA settings differ
+                from this run's; the message names each difference. The reference's path alone may differ (the same
+                weights elsewhere). Evaluation (``validate``/``test``) loads the weights under any setup.
+        """
         self.skipped_nonfinite = checkpoint.get("skipped_nonfinite", 0)
+        saved = checkpoint.get("training_setup")
+        if saved is None or self._trainer is None or self.trainer.state.fn != TrainerFn.FITTING:
+            return
+        current = self.training_setup()
+        differ = [what for what, key in RESUME_CHECKS.items() if saved.get(key) != current[key]]
+        if differ:
+            was = " and ".join(f"{what} {saved.get(what)}" for what in differ)
+            now = " and ".join(f"{what} {current[what]}" for what in differ)
+            raise ValueError(f"checkpoint {self.trainer.ckpt_path} was trained with {was}; this run asks for {now}: "
+                             f"resume it with the same {' and '.join(differ)} or start afresh with another run_name")

@@ -1,103 +1,18 @@
-"""Settings shared by the Lightning data modules: which WebShop, how episodes run, how rollouts sample."""
+"""What the Lightning data modules share: the data module base class and making sure the policy exists."""
 
 from __future__ import annotations
 
-import os
-import sys
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import Literal
 
 import torch
 from lightning.pytorch import LightningDataModule
 
 from ..baselines.corpus import ensure_tiny_policy
-from ..models.loading import looks_local
+from ..models.hub import looks_local
 from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
-from ..webshop import WebShop, WebShopEnv
-from ..webshop.datadir import resolve_data_dir
-
-SplitScheme = Literal["webshop", "verl"]
-ObservationMode = Literal["text", "text_rich"]
-GoalKind = Literal["synthetic", "human"]
-
-
-@dataclass
-class EnvConfig:
-    """Which WebShop data and how episodes run.
-
-    Args:
-        data_dir: WebShop data folder; "synthetic" = the generated synthetic catalog (data/synthetic/seed0); None =
-            the data-location rule of every command (``$APO_WEBSHOP_DATA``, else ``data/webshop_1k`` if present, else
-            the synthetic catalog; printed at start).
-        goals: "synthetic" (attribute-based, as the paper's IL/RL) or "human" goals.
-        seed: the catalog seed: prices, goals and their order (233 reproduces WebShop). Not the run seed.
-        split_scheme: "webshop" (test [0, 500), val [500, 1500), train [1500, N)) or "verl" (test [0, 500),
-            train [500, N)).
-        observation_mode: "text" or "text_rich".
-        max_steps: env steps (turns) per episode before it ends with reward 0.
-    """
-
-    data_dir: str | None = None
-    goals: GoalKind = "synthetic"
-    seed: int = 233
-    split_scheme: SplitScheme = "webshop"
-    observation_mode: ObservationMode = "text"
-    max_steps: int = 15
-
-    def resolved_data_dir(self) -> str | None:
-        """The data folder the rule chooses (None: the synthetic catalog); says where it came from once per process."""
-        path, description = resolve_data_dir(self.data_dir)
-        if description not in _ANNOUNCED:
-            _ANNOUNCED.add(description)
-            if os.environ.get("LOCAL_RANK", "0") == "0":
-                print(description, file=sys.stderr)
-        return str(path) if path is not None else None
-
-    def shop(self) -> WebShop:
-        """The loaded catalog (cached per process)."""
-        return _load_shop(self.resolved_data_dir(), self.goals, self.seed)
-
-    def envs(self, n: int) -> list[WebShopEnv]:
-        """``n`` fresh envs over the shared catalog."""
-        shop = self.shop()
-        return [WebShopEnv(shop, self.observation_mode, max_steps=self.max_steps) for _ in range(n)]
-
-    def split(self, name: str) -> list[int]:
-        """Goal indices of a split."""
-        return list(self.shop().split(name, self.split_scheme))
-
-
-@dataclass
-class RolloutSettings:
-    """How training rollouts sample replies.
-
-    Args:
-        temperature: sampling temperature (> 0). The losses always read the untempered log π and log π_ref, so a
-            sharper sampler (T < 1, nearer the greedy policy that is evaluated) changes which trajectories are
-            regressed on, not the regression target.
-        top_p: nucleus sampling mass (1.0 = off).
-        sampled_turn_prob: turn-level exploration (``RolloutEngine``): each turn is sampled with this probability
-            and decoded greedily otherwise, so a trajectory departs from the greedy one that evaluation plays at a
-            few turns (1.0 = every turn sampled).
-        max_new_tokens: reply token limit per turn (training, validation and test rollouts alike).
-        valid_clicks: constrain every click argument to the page's clickables (``rollout.constrained``) in all of
-            the run's rollouts: stage 1, training, validation and test (off: the policy writes what it writes).
-        click_choice: with ``valid_clicks``, "token" (the mask follows the policy token by token) or "sequence"
-            (the whole clickable is chosen by the policy's probability of its text; ``RolloutEngine``).
-        prefill: how the engine encodes a turn's new tokens: "batched" (one left-padded batch) or "per_row" (each
-            episode on its own: no compute on padding; the same samples).
-    """
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    sampled_turn_prob: float = 1.0
-    max_new_tokens: int = 64
-    valid_clicks: bool = False
-    click_choice: Literal["token", "sequence"] = "token"
-    prefill: Literal["batched", "per_row"] = "batched"
+from ..webshop import WebShop
+from ..webshop.settings import EnvConfig
 
 
 class WebShopDataModule(LightningDataModule):
@@ -126,24 +41,47 @@ class WebShopDataModule(LightningDataModule):
         return batch
 
 
-_ANNOUNCED: set[str] = set()
+#: the one folder a fresh tiny policy is built into (``tiny``): a cache folder, like the rest of ``data/``
+TINY_POLICY_ROOT = Path("data") / "models"
 
 
-@lru_cache(maxsize=4)
-def _load_shop(data_dir: str | None, goals: str, seed: int) -> WebShop:
-    return WebShop.load(data_dir, goals=goals, seed=seed)
+def check_policy(model_name_or_path: str, tiny: TinyPolicySpec | None) -> None:
+    """Refuse a policy that ``ensure_policy`` could neither find nor build, before anything is built or loaded.
+
+    With ``tiny`` set, ``model_name_or_path`` is a folder: one that exists, or a new one under ``data/models/``
+    (relative to the working directory), where a fresh tiny policy is built; anywhere else a missing folder is an
+    error, so a mistyped path never becomes an untrained policy. Without it, a local path (absolute, or whose parent
+    folder exists, or a name ``models.hub.looks_local`` takes for a path) must exist; a hub id is left to the loader.
+
+    Raises:
+        FileNotFoundError: the path does not exist and may not be built; the message says how to make it.
+    """
+    path = Path(model_name_or_path).expanduser()
+    parent = path.parent
+    local = tiny is not None or looks_local(model_name_or_path) or (str(parent) not in ("", ".") and parent.is_dir())
+    if not local or path.exists():
+        return
+    if tiny is None:
+        raise FileNotFoundError(
+            f"model_name_or_path {model_name_or_path} does not exist: train it first (`python cli.py fit "
+            "--config configs/sft_tiny.yaml` exports data/models/tiny-sft, configs/sft_quickstart.yaml "
+            "models/quickstart-ref) or give an existing model directory or hub id")
+    root = (Path.cwd() / TINY_POLICY_ROOT).resolve()
+    if not path.resolve().is_relative_to(root):
+        raise FileNotFoundError(
+            f"model_name_or_path {model_name_or_path} does not exist, and data.tiny builds a fresh (untrained) tiny "
+            f"policy only into a new folder under {TINY_POLICY_ROOT}/: give an existing model directory, or "
+            f"{TINY_POLICY_ROOT}/<name> to build one there")
 
 
 def ensure_policy(model_name_or_path: str, tiny: TinyPolicySpec | None, env: EnvConfig, chat: ChatFormat) -> None:
-    """Make sure the policy directory exists: build the (untrained) tiny policy there when ``tiny`` is set.
+    """Make sure the policy directory exists: with ``tiny`` set, build the (untrained) tiny policy into a missing
+    folder under ``data/models/`` (or check that an existing one is that tiny build, ``ensure_tiny_policy``).
 
     Raises:
-        FileNotFoundError: no such directory and no ``tiny`` spec to build one, saying how to make it.
+        FileNotFoundError: see :func:`check_policy`.
+        ValueError: the folder holds a tiny build with other settings (``ensure_tiny_policy``).
     """
-    path = Path(model_name_or_path)
+    check_policy(model_name_or_path, tiny)
     if tiny is not None:
-        ensure_tiny_policy(path, tiny, env.shop(), chat, env.split("train"))
-    elif looks_local(model_name_or_path) and not path.exists():
-        raise FileNotFoundError(
-            f"policy directory {path} does not exist; train it first (e.g. `python cli.py fit --config "
-            "configs/sft_tiny.yaml` exports data/models/tiny-sft) or set model_name_or_path")
+        ensure_tiny_policy(Path(model_name_or_path), tiny, env.shop(), chat, env.split("train"))

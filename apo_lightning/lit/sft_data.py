@@ -8,9 +8,9 @@ takes every ``world_size``-th batch). Like the RL stream, the course is a ``stre
 Lightning asks, and resumable from any checkpoint.
 
 The demonstrations are built once (rank 0, ``prepare_data``; ``lit.demos``), rendered and tokenized by the same
-rollout engine that RL samples with, so the token layout is identical, and cached under ``data/sft``. Validation: the loss on held-out
-demonstrations, greedy episodes on validation goals, and (with drills) exact-copy accuracy on drills of held-out
-goals, each from its own loader.
+rollout engine that RL samples with, so the token layout is identical, and cached under ``cache_dir``. Validation:
+the loss on held-out demonstrations, greedy episodes on validation goals, and (with drills) exact-copy accuracy on
+drills of held-out goals, each from its own loader.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from ..rollout.chat import ChatFormat
 from ..rollout.collate import pad_batch
 from ..rollout.engine import RolloutEngine
 from ..utils.seeds import derive_seed
+from ..webshop.settings import EnvConfig
 from .demos import DemoNoise, demonstration_cache, load_demonstrations
-from .settings import EnvConfig, WebShopDataModule, ensure_policy
+from .settings import WebShopDataModule, ensure_policy
 from .streams import ChunkStream, StepStream
 
 log = logging.getLogger(__name__)
@@ -39,19 +40,22 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DrillSettings:
-    """Turn drills before the demonstrations (``baselines.drills``): without them a model this small memorises
-    instructions instead of learning to copy from its context.
+    """Turn drills before the demonstrations (``baselines.drills``): single turns whose reply copies from the
+    context, which teach a from-scratch decoder to copy before it sees whole episodes.
 
     Args:
         steps: drill batches at the start of the course (0 = none; for a pretrained model).
         batch_size: drills per batch per process.
-        held_out_goals: the last N training goals are never drilled; validation measures exact copies on them.
+        held_out_goals: the last N training goals are never drilled (at most a tenth of the training goals, at
+            least 1); validation measures exact copies on them.
         checks_per_kind: drills per page kind in that validation check (0 = no check).
         kinds: the page kinds to drill (``DRILL_PAGES``); None = any kind a goal's episode shows.
         swap_values: probability that an item-page drill swaps the clicked option value for another product's
-            (``baselines.drills``: a value that can only be copied, not remembered).
-        swap_asins: probability that a results-page drill swaps the clicked ASIN for a new one (``baselines.drills``:
-            an ASIN that can only be copied from the page, not recalled).
+            (``baselines.drills``: a value that can only be copied, not remembered; measured in docs/experiments.md,
+            "References built further").
+
+    Raises:
+        ValueError: a setting out of its range.
     """
 
     steps: int = 0
@@ -60,15 +64,18 @@ class DrillSettings:
     checks_per_kind: int = 16
     kinds: list[str] | None = None
     swap_values: float = 0.0
-    swap_asins: float = 0.0
 
     def __post_init__(self) -> None:
+        for name in ("steps", "held_out_goals", "checks_per_kind"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"drills.{name} must be >= 0, got {getattr(self, name)}")
+        if self.batch_size < 1:
+            raise ValueError(f"drills.batch_size must be >= 1, got {self.batch_size}")
         unknown = set(self.kinds or ()) - set(DRILL_PAGES)
         if unknown or self.kinds == []:
             raise ValueError(f"drills.kinds must be a non-empty list of {DRILL_PAGES}, got {self.kinds}")
-        for name in ("swap_values", "swap_asins"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"drills.{name} must be in [0, 1], got {getattr(self, name)}")
+        if not 0.0 <= self.swap_values <= 1.0:
+            raise ValueError(f"drills.swap_values must be in [0, 1], got {self.swap_values}")
 
 
 class SFTDataModule(WebShopDataModule):
@@ -89,8 +96,8 @@ class SFTDataModule(WebShopDataModule):
             0 turns this off.
         eval_batch_size: episodes per rollout batch in that evaluation.
         max_new_tokens: reply token limit, as in RL (a longer oracle reply would be cut there).
-        demo_noise: mistakes in the training demonstrations (DART's recovered ones, or a noisy expert's), for a
-            reference that explores; none by default. Validation demonstrations are the plain oracle's.
+        demo_noise: DART noise in the training demonstrations (:class:`~apo_lightning.lit.demos.DemoNoise`); none
+            by default. Validation demonstrations are the plain oracle's.
         cache_dir: where tokenized demonstrations are cached, keyed by everything they depend on.
     """
 
@@ -100,8 +107,12 @@ class SFTDataModule(WebShopDataModule):
                  num_val_demos: int = 64, batch_size: int = 4, eval_goals: int = 32, eval_batch_size: int = 32,
                  max_new_tokens: int = 64, demo_noise: DemoNoise = DemoNoise(), cache_dir: str = "data/sft"):
         super().__init__()
-        if demo_epochs < 0 or batch_size < 1:
-            raise ValueError("demo_epochs must be >= 0 and batch_size >= 1")
+        for name, value, least in (("num_demos", num_demos, 0), ("demo_epochs", demo_epochs, 0),
+                                   ("num_val_demos", num_val_demos, 0), ("batch_size", batch_size, 1),
+                                   ("eval_goals", eval_goals, 0), ("eval_batch_size", eval_batch_size, 1),
+                                   ("max_new_tokens", max_new_tokens, 1)):
+            if value < least:
+                raise ValueError(f"{name} must be >= {least}, got {value}")
         self.env = env
         self.chat = chat
         self.model_name_or_path = model_name_or_path
@@ -143,8 +154,7 @@ class SFTDataModule(WebShopDataModule):
         train = self.env.split("train")
         held_out = max(1, min(self.drills.held_out_goals, len(train) // 10))
         self.drill_source = TurnDrills(self.shop, self.chat, self.tokenizer, train[:-held_out],
-                                       max_steps=self.env.max_steps, swap=self.drills.swap_values,
-                                       asin_swap=self.drills.swap_asins)
+                                       max_steps=self.env.max_steps, swap=self.drills.swap_values)
         self.drill_checks = TurnDrills(self.shop, self.chat, self.tokenizer, train[-held_out:],
                                        max_steps=self.env.max_steps)
 

@@ -35,18 +35,24 @@ class SFTModule(LightningModule):
         weight_decay: AdamW weight decay (matrices only).
         warmup_steps: linear warm-up steps.
         constant_steps: steps at the peak rate before the cosine decay (linked from ``data.drills.steps``).
-        label_smoothing: ε of the cross-entropy (0 = none): a reference that keeps probability off its demonstrated
-            actions samples alternatives, which on-policy RL needs to find anything greedy decoding misses.
         dtype: policy weights dtype; use the Trainer's precision for mixed precision.
         export_dtype: the dtype of the exported weights (``bfloat16`` for a reference policy kept in the repository);
             None = the training dtype.
+
+    Raises:
+        ValueError: a setting out of its range.
     """
 
     def __init__(self, model_name_or_path: str = "data/models/tiny-init", export_dir: str | None = "data/models/tiny-sft",
                  learning_rate: float = 2e-3, weight_decay: float = 0.01, warmup_steps: int = 20,
-                 constant_steps: int = 0, label_smoothing: float = 0.0, dtype: DType = "float32",
-                 export_dtype: DType | None = None):
+                 constant_steps: int = 0, dtype: DType = "float32", export_dtype: DType | None = None):
         super().__init__()
+        if learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+        for name, value in (("weight_decay", weight_decay), ("warmup_steps", warmup_steps),
+                            ("constant_steps", constant_steps)):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
         self.save_hyperparameters()
         self.policy = None
         self.tokenizer = None
@@ -63,8 +69,7 @@ class SFTModule(LightningModule):
         return self.policy, self.tokenizer
 
     def _loss(self, batch: dict) -> torch.Tensor:
-        return generated_nll(self.policy, batch["input_ids"], batch["attention_mask"], batch["gen_mask"],
-                             self.hparams.label_smoothing)
+        return generated_nll(self.policy, batch["input_ids"], batch["attention_mask"], batch["gen_mask"])
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)
@@ -133,8 +138,10 @@ class SFTModule(LightningModule):
         batches each) over ``accumulate_grad_batches``, or ``trainer.max_steps`` if that ends the run first.
 
         Not ``trainer.estimated_stepping_batches``: that builds the train loader before a checkpoint's loader state is
-        restored, so a resumed run silently restarts its course from batch 0 (Lightning issue #20550; measured here:
-        a run resumed at step 300 was back at batch 100 by step 400)."""
+        restored, so a resumed run would restart its course from batch 0 (Lightning-AI/pytorch-lightning#20550).
+
+        Raises:
+            ValueError: neither ``trainer.max_epochs`` nor ``trainer.max_steps`` is set."""
         trainer = self.trainer
         limits = []
         if trainer.max_steps > 0:

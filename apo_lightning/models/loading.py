@@ -6,21 +6,17 @@ Nothing here downloads: hub ids are opened with ``local_files_only=True`` whenev
 
 from __future__ import annotations
 
-import json
-import os
+import copy
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..utils.files import atomic_directory
+from . import gguf
+from .hub import hub_offline, looks_local, missing_model_files
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                 "pytorch_model.bin.index.json")
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-#: The tokenizer files a model directory may hold (what tokenizes a demonstration the same way).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 
 def load_policy(
@@ -64,8 +60,6 @@ def load_policy(
         FileNotFoundError: a missing or incomplete local directory or GGUF file (the message names the path and
             what is missing), or a hub id not in the local cache.
     """
-    from . import gguf
-
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; use one of {sorted(DTYPES)}")
     torch_dtype = DTYPES[dtype]
@@ -114,8 +108,6 @@ def export_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, ou
     Raises:
         ValueError: an unknown ``dtype``.
     """
-    import copy
-
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not supported; use one of {sorted(DTYPES)}")
     if hasattr(model, "merge_and_unload"):
@@ -140,31 +132,6 @@ def count_parameters(model: torch.nn.Module, trainable_only: bool = False) -> in
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
-def looks_local(name: str) -> bool:
-    """Whether ``name`` is meant as a filesystem path rather than a hub id like ``Qwen/Qwen2.5-0.5B-Instruct``."""
-    path = Path(name).expanduser()
-    return path.exists() or path.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1
-
-
-def missing_model_files(path: Path) -> list[str]:
-    """What a model directory lacks: the directory itself, config.json, weights, tokenizer files."""
-    if not path.is_dir():
-        return [f"directory {path}"]
-    missing = []
-    if not (path / "config.json").is_file():
-        missing.append("config.json")
-    if not any((path / name).is_file() for name in _WEIGHT_FILES):
-        missing.append(" or ".join(_WEIGHT_FILES))
-    if not any((path / name).is_file() for name in _TOKENIZER_FILES):
-        missing.append(" or ".join(_TOKENIZER_FILES))
-    return missing
-
-
-def hub_offline() -> bool:
-    """Whether ``HF_HUB_OFFLINE`` asks for no downloads."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
-
-
 def _ready(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[PreTrainedModel,
                                                                                 PreTrainedTokenizerBase]:
     """Give the tokenizer a pad token and left padding, and the generation config the pad id."""
@@ -176,11 +143,3 @@ def _ready(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.eval(), tokenizer
-
-
-def read_json(path: Path) -> dict | None:
-    """A JSON file's content, or None when it is missing or not JSON."""
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-        return None

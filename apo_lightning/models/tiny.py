@@ -26,8 +26,8 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from ..utils.files import atomic_directory
-from .loading import missing_model_files, read_json
+from ..utils.files import atomic_directory, read_json
+from .hub import missing_model_files
 
 # ChatML special tokens, in Qwen2's order (so <|endoftext|> gets id 0, <|im_start|> 1, <|im_end|> 2).
 ENDOFTEXT = "<|endoftext|>"
@@ -240,7 +240,8 @@ def build_tiny_policy(texts: Iterable[str], out_dir: str | Path, spec: TinyPolic
     settings = {"format": _FORMAT_VERSION, **asdict(spec), "num_texts": len(corpus), "texts_sha256": digest.hexdigest()}
     settings.pop("corpus_goals")  # what the texts are drawn from; the texts' hash is what counts
 
-    existing = read_json(out_dir / TINY_SETTINGS_FILE)
+    settings_file = out_dir / TINY_SETTINGS_FILE
+    existing = read_json(settings_file, dict, "the tiny build's settings") if settings_file.is_file() else None
     if existing == settings and not missing_model_files(out_dir):
         return out_dir
     if existing is not None and not overwrite:
@@ -256,7 +257,7 @@ def build_tiny_policy(texts: Iterable[str], out_dir: str | Path, spec: TinyPolic
         tokenizer = train_tiny_tokenizer(corpus, tmp, spec.vocab_size)
         build_tiny_model(tokenizer, tmp, spec)
         (tmp / TINY_SETTINGS_FILE).write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
-    if read_json(out_dir / TINY_SETTINGS_FILE) != settings:  # another process installed a different build first
+    if read_json(settings_file) != settings:  # another process installed a different build first
         raise ValueError(f"{out_dir} was built concurrently with other settings; remove it and retry")
     return out_dir
 

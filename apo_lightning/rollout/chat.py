@@ -131,9 +131,6 @@ class ChatFormat:
             dropped first); if the current page alone does not fit, its middle is cut (``…``).
         max_observation_chars: cut any single page to this many characters first (0 = no cut).
         format_penalty: reward added per turn whose reply has no parseable action (RAGEN: −0.1).
-        invalid_action_penalty: reward added per turn whose parsed action the env refused (a click on something
-            not on the page, e.g. a misspelled ASIN, or ``buy now`` on a results page; the step is a no-op).
-            0 = none (RAGEN and the WebShop paper give none; ours, an option).
         reward: what a finished episode earns before the format penalty. ``"score"``: the WebShop score at Buy
             Now, 0…1 (RAGEN). ``"success"``: 1 if that score is exactly 1.0, else 0 (verl-agent / GiGPO, Feng et
             al. 2025, reward WebShop episodes by task success, 10 × won). The score charges a purchase of the
@@ -148,29 +145,25 @@ class ChatFormat:
     context_budget: int = 4096
     max_observation_chars: int = 0
     format_penalty: float = -0.1
-    invalid_action_penalty: float = 0.0
     repeat_pages: RepeatPages = "short"
     reward: RewardKind = "score"
 
     def __post_init__(self) -> None:
+        """Raise ValueError for a setting out of range, named as its key under a data module (``chat.<setting>``)."""
         if self.reward not in get_args(RewardKind):
-            raise ValueError(f"reward must be one of {get_args(RewardKind)}, got {self.reward!r}")
+            raise ValueError(f"chat.reward must be one of {get_args(RewardKind)}, got {self.reward!r}")
         if self.repeat_pages not in get_args(RepeatPages):
-            raise ValueError(f"repeat_pages must be one of {get_args(RepeatPages)}, got {self.repeat_pages!r}")
+            raise ValueError(f"chat.repeat_pages must be one of {get_args(RepeatPages)}, got {self.repeat_pages!r}")
         if self.history_turns is not None and self.history_turns < 0:
-            raise ValueError(f"history_turns must be None or >= 0, got {self.history_turns}")
+            raise ValueError(f"chat.history_turns must be None or >= 0, got {self.history_turns}")
         if self.max_observation_chars < 0:
-            raise ValueError(f"max_observation_chars must be >= 0 (0 = no cut), got {self.max_observation_chars}")
+            raise ValueError(f"chat.max_observation_chars must be >= 0 (0 = no cut), got {self.max_observation_chars}")
         if self.context_budget < 64:
-            raise ValueError(f"context_budget must be at least 64 tokens, got {self.context_budget}")
+            raise ValueError(f"chat.context_budget must be >= 64 (tokens), got {self.context_budget}")
 
     def key_parts(self) -> dict[str, Any]:
-        """Every setting, for cache keys (stage-1 V* tables, demonstrations), but ``invalid_action_penalty`` only when
-        set: caches made before it existed keep their keys."""
-        parts = asdict(self)
-        if not parts["invalid_action_penalty"]:
-            del parts["invalid_action_penalty"]
-        return parts
+        """Every setting, for cache keys (stage-1 V* tables, demonstrations)."""
+        return asdict(self)
 
     def turn_message(self, turn: int, turns_left: int | None, observation: str, available_actions: dict[str, Any],
                      previous_observation: str | None = None, last_action: str | None = None) -> str:
@@ -188,17 +181,15 @@ class ChatFormat:
         left = f" ({turns_left} action{'' if turns_left == 1 else 's'} left)" if turns_left is not None else ""
         return f"Turn {turn}{left}:\n{page}\nActions: {render_actions(available_actions)}"
 
-    def episode_reward(self, score: float, format_errors: int, invalid_actions: int = 0) -> float:
-        """The RL reward r(x, y) of a finished episode: its score or success (``reward``) plus the format and
-        invalid-action penalties.
+    def episode_reward(self, score: float, format_errors: int) -> float:
+        """The RL reward r(x, y) of a finished episode: its score or success (``reward``) plus the format penalty.
 
         Args:
             score: the WebShop score at Buy Now, 0…1 (0 without a purchase).
             format_errors: replies with no parseable action.
-            invalid_actions: parsed actions the env refused.
         """
         earned = float(score == 1.0) if self.reward == "success" else score
-        return earned + self.format_penalty * format_errors + self.invalid_action_penalty * invalid_actions
+        return earned + self.format_penalty * format_errors
 
     def task_message(self, instruction: str) -> str:
         """The task message for a goal's instruction."""

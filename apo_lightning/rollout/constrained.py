@@ -1,22 +1,16 @@
 """Valid clicks: constrained decoding of a reply's ``click[...]`` argument to the items on the current page.
 
-A policy that cannot copy an ASIN from the page (the tiny references recall ASINs per instruction and misspell them:
-docs/experiments.md, "The reference recalls, it does not read") wastes whole episodes on clicks the env refuses:
-on the quick start's 200 test goals every one of π_ref's 39 episodes that end without a purchase begins with a
-refused product click. Inside the answer's click argument this decoder lets through only the tokens that keep the
-argument a prefix of a clickable of the page (case-insensitively, as the env matches clicks), and the closing ``]``
-only after a whole clickable, so every click the policy writes is one the env executes. Nothing else of the reply
-is constrained, the environment and its action format are unchanged (the action is still ``click[B0…]`` text), and
-the log-probabilities a rollout records stay those of the unconstrained policy: for A\*-PO's least squares the
-constrained sampler is another sampling distribution (its minimiser holds for any, Brantley et al. 2025, §3), for
-the policy-gradient objectives it makes the rollouts off-policy. The same idea as grammar-constrained decoding
-(``prefix_allowed_tokens_fn`` of ``transformers``' ``generate``), for the engine's own decoding loop.
-
-Token by token, the mask follows the policy's first allowed token: a click the policy means off the page (a
-misspelled ASIN) goes wherever its first letters lead, on item pages often to a link (``description``, ``back to
-search``). The engine's ``click_choice="sequence"`` instead chooses the whole clickable first, by the policy's
-probability of its full ``[...]`` text (:func:`click_continuations` lists what to score), and then
-decodes towards that one clickable only.
+A policy that misspells or misremembers an ASIN writes clicks the env refuses, and each refused click wastes a turn
+(docs/experiments.md, "The reference recalls, it does not read"). Inside the answer's click argument this decoder
+lets through only the tokens that keep the argument a prefix of a clickable of the page (case-insensitively, as the
+env matches clicks), and the closing ``]`` only after a whole clickable, so every click the policy writes is one the
+env executes. The mask follows the policy token by token: a click the policy means off the page goes wherever its
+first allowed letters lead. Nothing else of the reply is constrained, the environment and its action format are
+unchanged (the action is still ``click[B0…]`` text), and the log-probabilities a rollout records stay those of the
+unconstrained policy: for A\*-PO's least squares the constrained sampler is another sampling distribution (its
+minimiser holds for any, Brantley et al. 2025, §3), for the policy-gradient objectives it makes the rollouts
+off-policy. The same idea as grammar-constrained decoding (``prefix_allowed_tokens_fn`` of ``transformers``'
+``generate``), for the engine's own decoding loop.
 """
 
 from __future__ import annotations
@@ -46,32 +40,6 @@ def open_click(reply: str) -> str | None:
     if typed and (not typed.startswith("[") or "]" in typed or "[" in typed[1:] or "\n" in typed):
         return None
     return typed
-
-
-def click_continuations(reply: str, clickables: Sequence[str]) -> list[tuple[str, str]] | None:
-    """The clickables an open click argument can still become, each with the text that completes it.
-
-    Args:
-        reply: the reply decoded so far.
-        clickables: the current page's clickables, as the page writes them.
-
-    Returns:
-        ``[(clickable, rest), …]`` in page order, one per clickable (case-insensitively distinct, ``search``
-        left out) whose ``"[" + clickable + "]"`` extends what the reply has typed after ``click``; ``rest`` is
-        the part still to write (the page's spelling). None when the reply is not inside a click argument
-        (``open_click``); an empty list when nothing on the page matches what is typed.
-    """
-    typed = open_click(reply)
-    if typed is None:
-        return None
-    seen, found = set(), []
-    for clickable in clickables:
-        key = clickable.lower()
-        whole = "[" + clickable + "]"
-        if clickable and key != "search" and key not in seen and whole.lower().startswith(typed.lower()):
-            seen.add(key)
-            found.append((clickable, whole[len(typed):]))
-    return found
 
 
 class ClickConstraint:

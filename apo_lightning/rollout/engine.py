@@ -20,7 +20,7 @@ from tqdm import tqdm
 from ..utils.seeds import derive_seed
 from ..webshop import WebShop, WebShopEnv
 from .chat import ChatFormat, ParsedReply, parse_reply
-from .constrained import ClickConstraint, click_continuations
+from .constrained import ClickConstraint
 from .kv_cache import Past, extract_past, new_cache, stack_pasts
 from .segments import ChatHistory, PromptSegmenter
 from .trajectory import Trajectory, Turn
@@ -51,42 +51,26 @@ class RolloutEngine:
         temperature: sampling temperature (> 0); ``greedy=True`` takes the argmax instead.
         top_p: nucleus sampling mass (1.0 = off).
         greedy: decode greedily (evaluation).
-        sampled_turn_prob: turn-level exploration: each turn of each episode is sampled (at ``temperature`` and
-            ``top_p``) with this probability and decoded greedily otherwise, drawn from the rollout's seeded
-            generator; 1.0 (default) samples every turn and draws nothing extra, so seeds reproduce as before.
-            Below 1 the trajectories are no longer samples of π. A\*-PO's stage-2 regression target does not
-            depend on how a trajectory was sampled (β2 log π*/π_ref = r − V\* for every trajectory; Brantley et al.
-            2025, §3), so only the weight of each trajectory in the least squares changes; GRPO and the other
-            policy-gradient objectives become off-policy.
         reuse_cache: keep each episode's keys/values between turns, so a turn only encodes its new tokens
             (full history); off = re-encode the whole context every turn.
         prefill: how a turn's new tokens are encoded: "batched" (one left-padded batch) or "per_row" (each episode
             on its own, no compute on padding; then decoded together).
         valid_clicks: constrain each reply's click argument to the current page's clickables (``constrained``),
-            greedy and sampled alike; the recorded log-probabilities stay the unconstrained policy's.
-        click_choice: with ``valid_clicks``, how the clickable is chosen: "token" (the mask follows the policy
-            token by token) or "sequence" (when a reply opens a click, every clickable it can still become is
-            scored by the policy's log-probability of its whole remaining text, one batched forward pass from the
-            reply's cache; greedy takes the best, sampling draws one from softmax(score / T) within top-p; the
-            reply is then decoded towards that clickable only). The maximum-probability valid click suits a
-            policy that reads the page; the tiny references recall ASINs instead, so every page ASIN scores low and
-            a short link wins: the quick start's π_ref falls from 25.0 % (token) to 0.0 % (docs/experiments.md).
+            token by token, greedy and sampled alike; the recorded log-probabilities stay the unconstrained
+            policy's.
 
     Raises:
-        ValueError: ``temperature`` ≤ 0, ``top_p`` or ``sampled_turn_prob`` outside (0, 1], an unknown
-            ``prefill`` or ``click_choice``, or a context budget with no room for a prompt.
+        ValueError: ``temperature`` ≤ 0, ``top_p`` outside (0, 1], an unknown ``prefill``, or a context budget
+            with no room for a prompt.
     """
 
     def __init__(self, model, tokenizer, chat: ChatFormat | None = None, max_new_tokens: int = 64,
                  temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, reuse_cache: bool = True,
-                 prefill: Literal["batched", "per_row"] = "batched", sampled_turn_prob: float = 1.0,
-                 valid_clicks: bool = False, click_choice: Literal["token", "sequence"] = "token"):
+                 prefill: Literal["batched", "per_row"] = "batched", valid_clicks: bool = False):
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        if not 0 < sampled_turn_prob <= 1:
-            raise ValueError(f"sampled_turn_prob must be in (0, 1], got {sampled_turn_prob}")
         self.model = model
         self.tokenizer = tokenizer
         self.chat = chat or ChatFormat()
@@ -94,7 +78,6 @@ class RolloutEngine:
         self.temperature = temperature
         self.top_p = top_p
         self.greedy = greedy
-        self.sampled_turn_prob = sampled_turn_prob
         self.reuse_cache = reuse_cache
         if prefill not in ("batched", "per_row"):
             raise ValueError(f"prefill must be 'batched' or 'per_row', got {prefill!r}")
@@ -102,9 +85,6 @@ class RolloutEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_ids = self._eos_ids()
         self.segmenter = PromptSegmenter(tokenizer, self.chat, max_new_tokens, self.eos_ids)
-        if click_choice not in ("token", "sequence"):
-            raise ValueError(f"click_choice must be 'token' or 'sequence', got {click_choice!r}")
-        self.click_choice = click_choice
         self.click_constraint = (ClickConstraint(tokenizer, model.get_output_embeddings().weight.shape[0])
                                  if valid_clicks else None)
         self.stats: dict[str, float] = {}
@@ -167,12 +147,9 @@ class RolloutEngine:
             imitate = [True] * len(live)
             if demonstrators is None:
                 prompts = [ep.trajectory.segments[-1].token_ids for ep in live]
-                sampled = None
-                if self.sampled_turn_prob < 1.0 and not self.greedy:
-                    sampled = (torch.rand(len(live), generator=generator) < self.sampled_turn_prob).tolist()
                 clickables = ([ep.env.available_actions()["clickables"] for ep in live]
                               if self.click_constraint is not None else None)
-                replies = self.generate(prompts, generator, [ep.past for ep in live], sampled, clickables)
+                replies = self.generate(prompts, generator, [ep.past for ep in live], clickables)
             else:
                 shown = [demonstrators[i](ep.env) for i, ep in enumerate(episodes) if not ep.done]
                 texts = [x if isinstance(x, str) else x[0] for x in shown]
@@ -220,8 +197,7 @@ class RolloutEngine:
         ep.observation = observation
         if done:
             ep.done = True
-            trajectory.finish(score, info, self.chat.episode_reward(score, trajectory.format_errors,
-                                                                    trajectory.invalid_actions))
+            trajectory.finish(score, info, self.chat.episode_reward(score, trajectory.format_errors))
             return False
         self._set_turn_message(ep)
         return self.segmenter.next_turn(trajectory, ep.history, ids[-1] if ids else -1)
@@ -229,8 +205,7 @@ class RolloutEngine:
     # ------------------------------------------------------------------------------------------------ decoding
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], generator: torch.Generator, pasts: list[Past | None] | None = None,
-                 sampled: list[bool] | None = None, clickables: list[list[str]] | None = None
-                 ) -> list[tuple[list[int], list[float], str, Past | None]]:
+                 clickables: list[list[str]] | None = None) -> list[tuple[list[int], list[float], str, Past | None]]:
         """Sample one reply per prompt with a KV cache; finished replies leave the batch.
 
         Args:
@@ -238,7 +213,6 @@ class RolloutEngine:
             generator: the sampling RNG.
             pasts: per prompt, the keys/values of its first ``past.length`` tokens from the previous turn (a
                 multi-turn chat only feeds its new tokens), or None to encode the whole prompt.
-            sampled: per prompt, whether to sample its reply (False: argmax); None = as ``greedy`` says for all.
             clickables: per prompt, its page's clickables, to which ``valid_clicks`` constrains a click argument
                 (None: unconstrained).
 
@@ -257,23 +231,17 @@ class RolloutEngine:
         else:
             cache, attention, logits, next_position = self._prefill_batched(new_tokens, pasts, past_lengths, device)
 
-        greedy_rows = None if sampled is None else torch.tensor([not x for x in sampled], device=device)  # (B,)
         rows = list(range(batch))  # original index of each live row
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logps: list[list[float]] = [[] for _ in range(batch)]
         stops = ["length"] * batch
         new_pasts: list[Past | None] = [None] * batch
-        chosen_clicks: dict[int, list[str]] = {}  # click_choice "sequence": row -> the clickable it was given
         for _ in range(self.max_new_tokens):
             logp_all = torch.log_softmax(logits.float(), dim=-1)  # (b, V) the policy itself
             if clickables is not None and self.click_constraint is not None:
                 texts = [self.tokenizer.decode(tokens[row], skip_special_tokens=True) for row in rows]
-                pages = [clickables[r] for r in rows]
-                if self.click_choice == "sequence":
-                    pages = self._choose_clicks(cache, attention, next_position, logp_all, rows, texts, pages,
-                                                chosen_clicks, generator, greedy_rows)
-                logits = self._constrain_clicks(logits, texts, pages)
-            chosen = self._sample(logits, generator, greedy_rows)  # (b,)
+                logits = self._constrain_clicks(logits, texts, [clickables[r] for r in rows])
+            chosen = self._sample(logits, generator)  # (b,)
             chosen_logp = logp_all.gather(1, chosen[:, None]).squeeze(1)
             keep = []
             for j, (row, token, lp) in enumerate(zip(rows, chosen.tolist(), chosen_logp.tolist())):
@@ -294,7 +262,6 @@ class RolloutEngine:
                 index = torch.tensor(keep, device=device)
                 cache.batch_select_indices(index)
                 attention, chosen, next_position = attention[index], chosen[index], next_position[index]
-                greedy_rows = greedy_rows[index] if greedy_rows is not None else None
                 rows = [rows[j] for j in keep]
             attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=1)
             out = self.model(input_ids=chosen[:, None], attention_mask=attention, position_ids=next_position,
@@ -359,61 +326,6 @@ class RolloutEngine:
         next_position = torch.tensor(lengths, dtype=torch.long, device=device)[:, None]
         return cache, attention, torch.stack(row_logits), next_position
 
-    def _choose_clicks(self, cache, attention: torch.Tensor, next_position: torch.Tensor, logp: torch.Tensor,
-                       rows: list[int], texts: list[str], pages: list[list[str]],
-                       chosen: dict[int, list[str]], generator: torch.Generator,
-                       greedy_rows: torch.Tensor | None) -> list[list[str]]:
-        """``click_choice="sequence"``: per live row, the clickables its mask may lead to — the one chosen for it
-        (chosen when its reply first opens a click, remembered in ``chosen``), or the whole page.
-
-        ``texts`` are the live rows' replies so far; ``logp`` (b, V) is the untempered next-token distribution of
-        each row; ``cache``/``attention`` (b, W)/``next_position`` (b, 1) hold the rows' contexts up to their last
-        token."""
-        narrowed = []
-        for j, row in enumerate(rows):
-            if row not in chosen:
-                options = click_continuations(texts[j], pages[j])
-                if options is not None:  # the click opens now: choose once
-                    chosen[row] = pages[j]
-                    if options:
-                        scores = self._continuation_logp(cache, j, attention[j], next_position[j], logp[j],
-                                                         [rest for _, rest in options])  # (K,)
-                        greedy = self.greedy or (greedy_rows is not None and bool(greedy_rows[j]))
-                        pick = (int(scores.argmax()) if greedy else
-                                int(self._sample(scores[None], generator, None)[0]))
-                        chosen[row] = [options[pick][0]]
-            narrowed.append(chosen.get(row, pages[j]))
-        return narrowed
-
-    def _continuation_logp(self, cache, row: int, attention_row: torch.Tensor, position: torch.Tensor,
-                           first_logp: torch.Tensor, texts: list[str]) -> torch.Tensor:
-        """log π of each text (its tokenizer encoding) as the continuation of batch row ``row``: ``(K,) float32``.
-        ``first_logp`` (V,) scores each text's first token; the rest come from one forward pass of the K texts on
-        K copies of the row's cache (right-padded: causal attention keeps the padding out of every real token)."""
-        ids = [self.tokenizer.encode(text, add_special_tokens=False) for text in texts]  # never empty: "…]"
-        scores = first_logp[torch.tensor([t[0] for t in ids], device=first_logp.device)].clone()  # (K,)
-        longest = max(len(t) for t in ids)
-        if longest == 1:
-            return scores
-        device = first_logp.device
-        past = extract_past(cache, row, attention_row)
-        copies = new_cache(self.model)
-        for layer, (keys, values) in zip(copies.layers, stack_pasts([past] * len(ids), past.length, device)):
-            layer.update(keys, values)
-        inputs = torch.full((len(ids), longest - 1), self.pad_id, dtype=torch.long, device=device)
-        attention = torch.ones((len(ids), past.length + longest - 1), dtype=torch.long, device=device)
-        for k, t in enumerate(ids):
-            inputs[k, :len(t) - 1] = torch.tensor(t[:-1], dtype=torch.long)
-        positions = (position + torch.arange(longest - 1, device=device))[None].expand(len(ids), -1)
-        out = self.model(input_ids=inputs, attention_mask=attention, position_ids=positions, cache=copies,
-                         use_cache=True)
-        logp = torch.log_softmax(out.logits.float(), dim=-1)  # (K, L-1, V)
-        for k, t in enumerate(ids):
-            if len(t) > 1:
-                rest = torch.tensor(t[1:], device=device)
-                scores[k] += logp[k, torch.arange(len(t) - 1, device=device), rest].sum()
-        return scores
-
     def _constrain_clicks(self, logits: torch.Tensor, replies: list[str],
                           clickables: list[list[str]]) -> torch.Tensor:
         """``logits`` (b, V) with −inf on the tokens that would take a row's open click argument off its page
@@ -430,10 +342,9 @@ class RolloutEngine:
         tail = self.tokenizer.decode(ids[-8:], skip_special_tokens=False)
         return tail.rstrip().endswith(STOP_STRING)
 
-    def _sample(self, logits: torch.Tensor, generator: torch.Generator,
-                greedy_rows: torch.Tensor | None = None) -> torch.Tensor:
-        """Next token per row: argmax (``greedy``, or the rows where ``greedy_rows`` (b,) bool is True), otherwise a
-        draw from softmax(logits / T) restricted to the top-p nucleus."""
+    def _sample(self, logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Next token per row of ``logits`` (b, V): the argmax with ``greedy``, otherwise a draw from
+        softmax(logits / T) restricted to the top-p nucleus. Returns (b,) int64."""
         if self.greedy:
             return logits.argmax(dim=-1)
         probs = torch.softmax(logits.float() / self.temperature, dim=-1)  # (b, V)
@@ -447,7 +358,7 @@ class RolloutEngine:
         uniform = torch.rand((probs.shape[0], 1), generator=generator).to(probs.device)
         cdf = probs.cumsum(dim=-1)
         chosen = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
-        return chosen if greedy_rows is None else torch.where(greedy_rows, logits.argmax(dim=-1), chosen)
+        return chosen
 
 
 def rollout_goals(engine: RolloutEngine, shop: WebShop, goal_indices: Sequence[int], batch_size: int, seed: int,

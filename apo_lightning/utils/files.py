@@ -1,18 +1,21 @@
-"""Atomic writes: a reader (another rank, a crashed run's successor) never sees half a file or half a folder.
+"""Files: atomic writes, so a reader (another rank, a crashed run's successor) never sees half a file or half a
+folder, and reading a JSON file with an error that names it.
 
 One helper per kind of output: :func:`atomic_write` for a file (bytes, text or anything written through a file
 object) and :func:`atomic_directory` for a folder built in one go (a model directory, a generated catalog).
+:func:`read_json` reads any JSON file of the package.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 _UMASK = os.umask(0o022)  # read once, at import, before any thread could create files meanwhile
 os.umask(_UMASK)
@@ -104,3 +107,33 @@ def atomic_directory(path: str | os.PathLike, replace: bool = True) -> Iterator[
                 shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_json(path: str | os.PathLike, expected: type | tuple[type, ...] = object, what: str = "JSON",
+              error: type[ValueError] = ValueError) -> Any:
+    """The content of the UTF-8 JSON file ``path``, whose top level must be an instance of ``expected``.
+
+    A caller for which a missing file is normal checks ``path.is_file()`` first.
+
+    Args:
+        path: the file.
+        expected: the allowed type(s) of the top level, e.g. ``dict`` or ``list``; ``object`` allows any.
+        what: what the file should hold, for the error message (``"a JSON object {asin: [nouns]}"``).
+        error: the ``ValueError`` subclass to raise for an unreadable or malformed file (e.g. the data layer's
+            ``WebShopDataError``).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist (the message names it).
+        error: ``path`` cannot be read, is not UTF-8 JSON, or its top level is not ``expected``; the message names
+            the file and ``what`` was expected.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise error(f"{path}: cannot read it as JSON ({e}); expected {what}") from e
+    if not isinstance(data, expected):
+        raise error(f"{path}: top level is a {type(data).__name__}; expected {what}")
+    return data

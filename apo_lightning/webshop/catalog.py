@@ -20,6 +20,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..utils.files import read_json
+
 #: Candidate file names, first found wins. The real 1k set ships the first name upstream; the shared copy of it
 #: is the ``.reconstructed`` file (see the data folder's SOURCE.md); the synthetic catalog writes the first.
 PRODUCT_FILES = ("items_shuffle_1000.json", "items_shuffle_1000.reconstructed.json", "items_shuffle.json")
@@ -95,22 +97,6 @@ class DataFiles:
             doc_tokens=first(DOC_TOKEN_FILES, False),
             title_nouns=first(TITLE_NOUN_FILES, False),
         )
-
-
-def read_json(path: Path, expected: type, what: str) -> Any:
-    """Read a JSON file whose top level must be ``expected`` (list or dict).
-
-    Raises:
-        WebShopDataError: unreadable, not JSON, or the wrong top-level type; the message names the file.
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise WebShopDataError(f"{path}: cannot read it as JSON ({e}); expected {what}") from e
-    if not isinstance(data, expected):
-        raise WebShopDataError(f"{path}: top level is a {type(data).__name__}; expected {what}")
-    return data
 
 
 def parse_price(pricing: str | None) -> tuple[list[float], str]:
@@ -237,11 +223,14 @@ def load_products(files: DataFiles, human_goals: bool) -> list[dict]:
     Raises:
         WebShopDataError: a file is malformed (the message names it and what is expected).
     """
-    raw = read_json(files.products, list, "a JSON list of raw product records (items_shuffle_1000.json format)")
-    attributes = read_json(files.attributes, dict, 'a JSON object {asin: {"attributes": [...], ...}}')
+    raw = read_json(files.products, list, "a JSON list of raw product records (items_shuffle_1000.json format)",
+                    WebShopDataError)
+    attributes = read_json(files.attributes, dict, 'a JSON object {asin: {"attributes": [...], ...}}',
+                           WebShopDataError)
     human: dict = {}
     if files.human_instructions is not None:
-        human = read_json(files.human_instructions, dict, "a JSON object {asin: [instruction records]}")
+        human = read_json(files.human_instructions, dict, "a JSON object {asin: [instruction records]}",
+                          WebShopDataError)
     elif human_goals:
         raise WebShopDataError(
             f"{files.products.parent} has none of {', '.join(HUMAN_INSTRUCTION_FILES)}, which human goals need"

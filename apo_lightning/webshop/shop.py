@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
+from ..utils.files import read_json
 from .catalog import (
     PACKAGED_DOC_TOKENS,
     PACKAGED_TITLE_NOUNS,
@@ -23,7 +24,6 @@ from .catalog import (
     load_packaged_table,
     load_products,
     match_packaged,
-    read_json,
     search_document,
 )
 from .goals import human_goals, split_range, synthetic_goals
@@ -146,7 +146,8 @@ class WebShop:
         title_nouns = None
         noun_source = "fallback: alphabetic tokens of the name (no title-noun table in the data directory)"
         if files.title_nouns is not None:
-            table = read_json(files.title_nouns, dict, "a JSON object {asin: [nouns]} (title_nouns format)")
+            table = read_json(files.title_nouns, dict, "a JSON object {asin: [nouns]} (title_nouns format)",
+                              WebShopDataError)
             title_nouns = {k: v for k, v in table.items() if not k.startswith("_")}
             noun_source = f"noun table {files.title_nouns.name}"
         else:

@@ -13,10 +13,12 @@ the goal generator, BM25 search and the reward run on them unchanged:
 * ``SOURCE.md`` (what the folder is) and ``catalog.json`` (generator version, seed, size and file hashes, which
   ``ensure_catalog`` checks).
 
-Products are composed from per-category word tables (product types, made-up brands, attributes, option values), so
-everything a goal needs is known by construction: the title nouns, which attributes a product has, and option values
-that the reward's colour normalisation maps onto one of their own words (so the target product with the goal's
-options always reaches reward 1). The same seed gives byte-identical files.
+Products are composed from per-category word tables (product types, made-up brands, attributes, option values),
+which are package data (``data/synthetic_vocabulary.json``, read by :func:`vocabulary`), so everything a goal needs
+is known by construction: the title nouns, which attributes a product has, and option values that the reward's
+colour normalisation maps onto one of their own words (so the target product with the goal's options always reaches
+reward 1). The same seed gives byte-identical files; editing the word tables changes them (bump
+``GENERATOR_VERSION``).
 
     python -m apo_lightning.webshop.synthetic --out data/synthetic/seed0 --seed 0 --num-products 600
 """
@@ -31,10 +33,13 @@ import random
 import re
 import string
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Container
 
 from ..utils.files import atomic_write_bytes
+from .catalog import WebShopDataError
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +85,8 @@ ASIN_ALPHABET = string.digits + string.ascii_uppercase
 _IMAGE_ALPHABET = string.ascii_letters + string.digits + "+"
 #: Image host: a reserved example domain, because nothing ever fetches these images.
 IMAGE_URL = "https://images.example.com/webshop-synthetic/{}.jpg"
+#: The word tables the products are composed from: package data in ``apo_lightning/webshop/data`` (:func:`vocabulary`).
+VOCABULARY_FILE = "synthetic_vocabulary.json"
 
 # ------------------------------------------------------------------------------------------------ word tables
 
@@ -98,7 +105,7 @@ class ProductType:
     pre: tuple[str, ...]  # adjectival attributes: "water resistant", "gluten free"
     with_: tuple[str, ...]  # feature / material attributes: "shea butter", "memory foam"
     for_: tuple[str, ...]  # use / target attributes: "dry skin", "hiking"
-    options: tuple[tuple[str, str], ...]  # (option name, key into OPTION_VALUES)
+    options: tuple[tuple[str, str], ...]  # (option name, key into Vocabulary.option_values)
     price: tuple[float, float]  # single-price range in dollars
 
 
@@ -115,635 +122,76 @@ class Category:
     types: tuple[ProductType, ...]
 
 
-#: Option value pools. Every value that contains a word of the reward's COLOR_SET contains it as a whole word
-#: (no "Lightly Salted" -> 'light', "Grapefruit" -> 'grape'), so the goal product can reach r_option = 1.
-OPTION_VALUES: dict[str, tuple[str, ...]] = {
-    "apparel_colors": ("Black", "White", "Navy Blue", "Heather Grey", "Olive Green", "Burgundy", "Light Blue",
-                       "Charcoal", "Khaki", "Red", "Royal Blue", "Dark Green", "Pink", "Black/White", "Navy/Red",
-                       "Grey/Blue"),
-    "apparel_sizes": ("X-Small", "Small", "Medium", "Large", "X-Large", "XX-Large", "3X-Large"),
-    "shoe_sizes": ("6", "6.5", "7", "7.5", "8", "8.5", "9", "9.5", "10", "10.5", "11", "12", "13"),
-    "shoe_widths": ("Narrow", "Medium", "Wide", "X-Wide"),
-    "fit_types": ("Regular", "Petite", "Tall", "Plus Size", "Big & Tall"),
-    "waist_sizes": ("28", "30", "32", "34", "36", "38", "40", "42"),
-    "glove_sizes": ("Small", "Medium", "Large", "X-Large", "S/M", "L/XL"),
-    "beauty_volumes": ("0.5 Fl Oz", "1 Fl Oz", "1.7 Fl Oz", "3.4 Fl Oz", "8 Fl Oz", "16 Fl Oz"),
-    "scents": ("Lavender", "Unscented", "Coconut", "Vanilla", "Eucalyptus Mint", "Citrus", "Rose", "Fresh Linen",
-               "Cucumber Melon", "Ocean Breeze"),
-    "lip_flavors": ("Mint", "Honey", "Strawberry", "Cherry", "Vanilla", "Coconut", "Original"),
-    "nail_shades": ("Ballet Pink", "Cherry Red", "Nude Beige", "Coral", "Navy", "Lilac", "Midnight Black",
-                    "Glitter Gold", "Sheer Mauve", "Classic White"),
-    "beauty_colors": ("Black", "White", "Pink", "Rose Gold", "Purple", "Champagne", "Teal", "Silver"),
-    "palette_shades": ("Warm Nude", "Smoky Night", "Rose Gold", "Sunset Glow", "Cool Tones", "Bronze Glam",
-                       "Berry Crush"),
-    "electronics_colors": ("Black", "White", "Blue", "Red", "Space Gray", "Silver", "Midnight Green", "Rose Gold",
-                           "Black/Red", "Teal"),
-    "cable_lengths": ("3 ft", "6 ft", "10 ft", "15 ft", "25 ft"),
-    "package_quantities": ("1", "2", "3", "4", "6"),
-    "charger_watts": ("20W", "30W", "45W", "65W", "100W"),
-    "battery_capacities": ("5000mAh", "10000mAh", "20000mAh", "26800mAh"),
-    "keyboard_switches": ("Red Switch", "Blue Switch", "Brown Switch", "Silver Switch"),
-    "phone_models": ("iPhone 13", "iPhone 14", "iPhone 14 Pro", "iPhone 15", "Galaxy S23", "Pixel 8"),
-    "watch_sizes": ("38mm", "41mm", "44mm", "45mm"),
-    "watch_bands": ("Sport Band", "Leather Band", "Metal Band", "Nylon Loop"),
-    "storage_capacities": ("32GB", "64GB", "128GB", "256GB", "512GB"),
-    "home_colors": ("Beige", "Cream", "Gray", "Light Gray", "Navy Blue", "Sage Green", "Ivory", "Charcoal",
-                    "Mustard Yellow", "Terracotta", "Blush Pink", "White/Gray"),
-    "pillow_sizes": ("16 x 16 Inch", "18 x 18 Inch", "20 x 20 Inch", "22 x 22 Inch", "12 x 20 Inch"),
-    "bed_sizes": ("Twin", "Twin XL", "Full", "Queen", "King", "California King"),
-    "patterns": ("Solid", "Striped", "Floral", "Plaid", "Geometric"),
-    "mug_sizes": ("12 oz", "15 oz", "16 oz", "20 oz"),
-    "basket_sizes": ("Small", "Medium", "Large", "Set of 3"),
-    "light_colors": ("Warm White", "Cool White", "Multicolor", "Blue", "Pink/Purple"),
-    "light_lengths": ("16 ft", "33 ft", "66 ft", "100 ft"),
-    "hose_lengths": ("25 ft", "50 ft", "75 ft", "100 ft"),
-    "pot_sizes": ("4 Inch", "6 Inch", "8 Inch", "10 Inch", "12 Inch"),
-    "curtain_sizes": ("52 x 63 Inch", "52 x 84 Inch", "52 x 95 Inch", "52 x 108 Inch"),
-    "towel_styles": ("Bath Towel", "Bath Sheet", "Hand Towel", "Set of 6"),
-    "bar_flavors": ("Chocolate Peanut Butter", "Cookies & Cream", "Birthday Cake", "Salted Caramel",
-                    "Mint Chocolate", "Lemon Bar"),
-    "count_sizes": ("6 Count", "12 Count", "18 Count", "24 Count"),
-    "tea_flavors": ("Jasmine", "Lemon Ginger", "Pure", "Mint", "Honey Ginseng", "Matcha"),
-    "tea_counts": ("20 Count", "40 Count", "100 Count"),
-    "coffee_roasts": ("Light Roast", "Medium Roast", "Dark Roast", "Espresso Roast"),
-    "coffee_sizes": ("12 Ounce", "2 Pound", "5 Pound"),
-    "nut_flavors": ("Sea Salt", "Honey Roasted", "Unsalted", "Cinnamon Sugar", "Chili Lime"),
-    "pound_sizes": ("1 Pound", "2 Pound", "3 Pound"),
-    "oil_sizes": ("16.9 Fl Oz", "25.3 Fl Oz", "33.8 Fl Oz", "68 Fl Oz"),
-    "candy_flavors": ("Sour Mix", "Tropical", "Fruit Mix", "Cherry", "Watermelon", "Berry Blast"),
-    "candy_sizes": ("5 Ounce (Pack of 6)", "8 Ounce (Pack of 4)", "2 Pound"),
-    "pasta_shapes": ("Penne", "Spaghetti", "Rotini", "Elbows", "Fusilli"),
-    "pasta_sizes": ("8 Ounce (Pack of 6)", "12 Ounce (Pack of 4)", "16 Ounce (Pack of 8)"),
-    "jerky_flavors": ("Original", "Teriyaki", "Black Pepper", "Sweet & Spicy", "Hickory Smoked"),
-    "jerky_sizes": ("2.5 Ounce", "3.25 Ounce (Pack of 4)", "10 Ounce"),
-    "honey_sizes": ("12 Ounce", "16 Ounce", "32 Ounce", "5 Pound"),
-    "water_flavors": ("Lime", "Lemon", "Black Cherry", "Berry", "Mango", "Peach", "Coconut Lime"),
-    "water_sizes": ("12 Fl Oz (Pack of 8)", "12 Fl Oz (Pack of 12)", "16.9 Fl Oz (Pack of 24)"),
-    "sports_colors": ("Black", "Blue", "Purple", "Teal", "Gray", "Pink", "Red", "Lime Green", "Black/Orange"),
-    "mat_thicknesses": ("4mm", "6mm", "8mm", "10mm"),
-    "band_levels": ("Light", "Medium", "Heavy", "X-Heavy", "Set of 5"),
-    "bottle_sizes": ("18 oz", "24 oz", "32 oz", "40 oz", "64 oz"),
-    "bottle_lids": ("Straw Lid", "Chug Lid", "Spout Lid", "Flip Lid"),
-    "dumbbell_weights": ("5 Pound", "10 Pound", "15 Pound", "20 Pound", "25 Pound", "30 Pound"),
-    "tent_sizes": ("2 Person", "4 Person", "6 Person", "8 Person"),
-    "pack_volumes": ("20L", "30L", "40L", "50L"),
-    "roller_lengths": ("12 Inch", "18 Inch", "24 Inch", "36 Inch"),
-    "paddle_styles": ("Single Paddle", "2 Paddles", "2 Paddles and 4 Balls", "4 Paddles"),
-    "piece_counts": ("300 Pieces", "500 Pieces", "1000 Pieces", "1500 Pieces"),
-    "plush_sizes": ("10 Inch", "12 Inch", "16 Inch", "24 Inch"),
-    "toy_colors": ("Red", "Blue", "Green", "Yellow", "Pink", "Purple", "Orange", "Multicolor"),
-    "marker_counts": ("10 Count", "12 Count", "24 Count", "40 Count"),
-    "pet_sizes": ("Small", "Medium", "Large", "X-Large", "Jumbo"),
-    "pet_colors": ("Gray", "Brown", "Beige", "Navy", "Charcoal", "Dark Gray", "Black", "Tan"),
-    "dog_bed_styles": ("Bolster", "Flat", "Donut", "Pillow Top"),
-    "litter_scents": ("Unscented", "Lavender", "Fresh Scent", "Baking Soda"),
-    "litter_sizes": ("10 Pound", "20 Pound", "25 Pound", "40 Pound"),
-    "leash_lengths": ("4 ft", "5 ft", "6 ft", "10 ft"),
-    "tank_sizes": ("10 Gallon", "20 Gallon", "30 Gallon", "55 Gallon"),
-    "dog_food_flavors": ("Chicken & Rice", "Salmon", "Lamb & Brown Rice", "Beef", "Turkey"),
-    "dog_food_sizes": ("5 Pound", "15 Pound", "24 Pound", "30 Pound"),
-    "pen_colors": ("Black", "Blue", "Assorted", "Pastel", "Red"),
-    "office_colors": ("Black", "White", "Gray", "Blue", "Pink", "Rose Gold", "Silver"),
-    "notebook_rulings": ("College Ruled", "Wide Ruled", "Graph Ruled", "Dotted"),
-    "note_colors": ("Neon", "Pastel", "Canary Yellow", "Rainbow"),
-    "note_sizes": ("3 x 3 Inch", "3 x 5 Inch", "4 x 6 Inch"),
-    "folder_sizes": ("Letter Size", "Legal Size"),
-    "board_sizes": ("18 x 24 Inch", "24 x 36 Inch", "36 x 48 Inch", "48 x 72 Inch"),
-    "frame_colors": ("Silver", "Black", "Wood", "White"),
-}
+@dataclass(frozen=True)
+class Vocabulary:
+    """The word tables of :data:`VOCABULARY_FILE`, in file order (the order the generator draws from)."""
+
+    #: The catalog's top-level categories, each with its vocabulary and product types.
+    categories: tuple[Category, ...]
+    #: Option value pools by name. Every value that contains a word of the reward's COLOR_SET contains it as a whole
+    #: word (no "Lightly Salted" -> 'light', "Grapefruit" -> 'grape'), so the goal product can reach r_option = 1.
+    option_values: dict[str, tuple[str, ...]]
+    #: Title words that are not nouns (adjectives, participles, prepositions, conjunctions). Every other word of a
+    #: title is a noun or proper noun, which is how the title-noun table is built: by construction, not by a tagger.
+    non_noun_words: frozenset[str]
+    #: Words kept upper-case (or mixed-case) when attributes are title-cased for a product name: ``{"usb": "USB"}``.
+    acronyms: dict[str, str]
+    #: Synthetic instruction openers, drawn uniformly (a repeated opener is drawn more often).
+    instruction_openers: tuple[str, ...]
+    #: Human-style openers (lower case, as typed by MTurk workers).
+    human_openers: tuple[str, ...]
 
 
-def _t(query, titles, product_category, pre, with_, for_, options, price) -> ProductType:
-    """Compact ProductType constructor for the tables below."""
-    return ProductType(query, tuple(titles), product_category, tuple(pre), tuple(with_), tuple(for_),
-                       tuple(options), price)
+def _product_type(entry: dict) -> ProductType:
+    options = tuple((name, pool) for name, pool in entry["options"])
+    return ProductType(entry["query"], tuple(entry["titles"]), entry["product_category"], tuple(entry["pre"]),
+                       tuple(entry["with"]), tuple(entry["for"]), options, (entry["price"][0], entry["price"][1]))
 
 
-C, S, F = "Color", "Size", "Flavor Name"
+@lru_cache(maxsize=None)
+def vocabulary() -> Vocabulary:
+    """Read the word tables from the package data file ``apo_lightning/webshop/data/synthetic_vocabulary.json``.
 
-#: The catalog's top-level categories, each with its vocabulary and product types.
-CATEGORIES: tuple[Category, ...] = (
-    Category(
-        name="beauty",
-        brands=("Velora", "Glowna", "Purelle", "Serabloom", "Mirelle", "Dewlane", "Aurisse", "Calmora"),
-        adjectives=("Premium", "Professional", "Gentle", "Daily", "Nourishing", "Hydrating", "Lightweight"),
-        tails=("for Women", "for Men and Women", "Travel Size", "Gift Set", "2 Pack"),
-        sentences=("Suitable for all skin types and gentle enough for everyday use.",
-                   "Formulated without harsh chemicals and never tested on animals.",
-                   "A simple addition to any morning or evening routine."),
-        bullets=("SATISFACTION GUARANTEE: If you are not happy with your purchase, contact us for a full refund.",
-                 "WHAT YOU GET: One product, an instruction card and our friendly customer service."),
-        types=(
-            _t("face serum", ("Face Serum", "Facial Serum"),
-               "Beauty & Personal Care › Skin Care › Face › Treatments & Masks › Serums",
-               ("anti aging", "cruelty free", "paraben free", "fragrance free", "dermatologist tested"),
-               ("hyaluronic acid", "vitamin c", "green tea"), ("fine lines", "dry skin", "dark spots"),
-               ((S, "beauty_volumes"), ("Scent", "scents")), (9, 45)),
-            _t("lip balm", ("Lip Balm", "Lip Balm Stick"),
-               "Beauty & Personal Care › Skin Care › Lips › Balms & Moisturizers",
-               ("long lasting", "cruelty free", "paraben free"), ("shea butter", "coconut oil", "beeswax"),
-               ("dry lips", "chapped lips"), ((F, "lip_flavors"), (S, "package_quantities")), (3, 15)),
-            _t("shampoo", ("Shampoo", "Shampoo Bottle"),
-               "Beauty & Personal Care › Hair Care › Shampoo & Conditioner › Shampoos",
-               ("sulfate free", "paraben free", "cruelty free", "color safe"), ("argan oil", "tea tree", "biotin"),
-               ("dry hair", "hair growth", "damaged hair", "hair loss"), ((S, "beauty_volumes"), ("Scent", "scents")),
-               (8, 35)),
-            _t("makeup brushes", ("Makeup Brush Set", "Makeup Brushes"),
-               "Beauty & Personal Care › Tools & Accessories › Makeup Brushes & Tools › Brush Sets",
-               ("cruelty free", "easy clean", "high quality", "easy carry"),
-               ("synthetic hair", "storage case", "wooden handle"), ("eye shadow", "foundation", "travel"),
-               ((C, "beauty_colors"),), (8, 40)),
-            _t("nail polish", ("Nail Polish", "Nail Polish Set"),
-               "Beauty & Personal Care › Foot, Hand & Nail Care › Nail Art & Polish › Nail Polish",
-               ("long lasting", "quick drying", "non toxic", "cruelty free"), ("gel formula", "glossy finish"),
-               ("nail art", "home manicure"), ((C, "nail_shades"), (S, "package_quantities")), (4, 20)),
-            _t("body lotion", ("Body Lotion", "Body Lotion Cream"),
-               "Beauty & Personal Care › Skin Care › Body › Moisturizers › Lotions",
-               ("fragrance free", "long lasting", "paraben free", "non greasy"),
-               ("shea butter", "aloe vera", "cocoa butter"), ("dry skin", "sensitive skin"),
-               ((S, "beauty_volumes"), ("Scent", "scents")), (6, 25)),
-            _t("hair dryers", ("Hair Dryer", "Hair Blow Dryer"),
-               "Beauty & Personal Care › Hair Care › Styling Tools & Appliances › Hair Dryers",
-               ("fast drying", "low noise", "easy carry"), ("diffuser attachment", "ionic technology",
-                                                            "ceramic coating"),
-               ("curly hair", "hair styling", "travel"), ((C, "beauty_colors"),), (20, 90)),
-            _t("eyeshadow palettes", ("Eyeshadow Palette", "Eyeshadow Makeup Palette"),
-               "Beauty & Personal Care › Makeup › Eyes › Eyeshadow",
-               ("highly pigmented", "long lasting", "cruelty free", "easy apply"),
-               ("matte finish", "shimmer shades", "built in mirror"), ("eye makeup", "party looks"),
-               ((C, "palette_shades"),), (4, 30)),
-            _t("deodorant", ("Deodorant", "Deodorant Stick"),
-               "Beauty & Personal Care › Personal Care › Deodorants & Antiperspirants › Deodorant",
-               ("aluminum free", "cruelty free", "long lasting", "vegan"),
-               ("natural ingredients", "essential oils"), ("sensitive skin", "odor protection"),
-               (("Scent", "scents"), (S, "package_quantities")), (5, 18)),
-            _t("electric toothbrushes", ("Electric Toothbrush", "Sonic Electric Toothbrush"),
-               "Beauty & Personal Care › Oral Care › Toothbrushes & Accessories › Powered Toothbrushes",
-               ("rechargeable", "waterproof", "long lasting"), ("brush heads", "travel case", "smart timer"),
-               ("oral care", "sensitive teeth", "plaque removal"), ((C, "beauty_colors"),), (20, 90)),
-        ),
-    ),
-    Category(
-        name="fashion",
-        brands=("Trevano", "Kelburn", "Solvane", "Corvell", "Lunetta", "Mavery", "Ostrel", "Pennick"),
-        adjectives=("Classic", "Casual", "Lightweight", "Comfortable", "Stylish", "Athletic", "Everyday"),
-        tails=("for Men", "for Women", "Unisex", "2 Pack"),
-        sentences=("Cut for a comfortable fit that moves with you all day.",
-                   "Please check the size chart in the images before ordering.",
-                   "An easy piece to pair with jeans, shorts or a jacket."),
-        bullets=("Pull On closure ",
-                 "SIZE TIP: Runs true to size; choose one size up for a looser fit. "),
-        types=(
-            _t("running shoes", ("Running Shoes", "Running Shoes Sneakers"),
-               "Clothing, Shoes & Jewelry › Men › Shoes › Athletic › Running",
-               ("lightweight", "breathable", "non slip", "lace up"),
-               ("rubber sole", "memory foam", "arch support", "mesh upper"), ("walking", "gym workout", "daily wear"),
-               ((C, "apparel_colors"), (S, "shoe_sizes"), ("Width", "shoe_widths")), (30, 120)),
-            _t("yoga pants", ("Yoga Pants", "Yoga Pants Leggings"),
-               "Clothing, Shoes & Jewelry › Women › Clothing › Active › Leggings",
-               ("high waist", "moisture wicking", "quick drying", "tummy control", "machine washable"),
-               ("side pockets", "elastic waist", "four way stretch"), ("workout", "running", "yoga"),
-               ((C, "apparel_colors"), (S, "apparel_sizes"), ("Fit Type", "fit_types")), (15, 45)),
-            _t("men's polo shirts", ("Men's Polo Shirt", "Men's Golf Polo Shirt"),
-               "Clothing, Shoes & Jewelry › Men › Clothing › Shirts › Polos",
-               ("short sleeve", "slim fit", "moisture wicking", "machine washable", "classic fit"),
-               ("button closure", "cotton blend", "chest pocket"), ("golf", "casual wear", "daily wear"),
-               ((C, "apparel_colors"), (S, "apparel_sizes"), ("Fit Type", "fit_types")), (15, 40)),
-            _t("rain jackets", ("Rain Jacket", "Rain Jacket Windbreaker"),
-               "Clothing, Shoes & Jewelry › Women › Clothing › Coats, Jackets & Vests › Raincoats",
-               ("water resistant", "lightweight", "packable", "hooded"), ("zip pockets", "adjustable hood"),
-               ("hiking", "travel", "outdoor activities"), ((C, "apparel_colors"), (S, "apparel_sizes")), (25, 80)),
-            _t("ankle boots", ("Ankle Boots", "Ankle Booties"),
-               "Clothing, Shoes & Jewelry › Women › Shoes › Boots › Ankle & Bootie",
-               ("non slip", "slip resistant", "faux leather"), ("side zipper", "block heel", "rubber sole"),
-               ("fall", "daily wear", "work"), ((C, "apparel_colors"), (S, "shoe_sizes")), (30, 90)),
-            _t("wool socks", ("Wool Socks", "Wool Hiking Socks"),
-               "Clothing, Shoes & Jewelry › Men › Clothing › Socks › Casual Socks",
-               ("moisture wicking", "machine washable", "cushioned"), ("merino wool", "reinforced heel"),
-               ("hiking", "winter", "cold weather"), ((C, "apparel_colors"), (S, "apparel_sizes")), (10, 30)),
-            _t("summer dresses", ("Summer Dress", "Summer Maxi Dress"),
-               "Clothing, Shoes & Jewelry › Women › Clothing › Dresses › Casual",
-               ("short sleeve", "sleeveless", "loose fit", "machine washable", "v neck"),
-               ("floral print", "side pockets", "tie waist"), ("beach", "vacation", "casual wear"),
-               ((C, "apparel_colors"), (S, "apparel_sizes"), ("Fit Type", "fit_types")), (18, 50)),
-            _t("leather belts", ("Leather Belt", "Leather Dress Belt"),
-               "Clothing, Shoes & Jewelry › Men › Accessories › Belts",
-               ("adjustable", "classic fit"), ("genuine leather", "alloy buckle", "gift box"), ("jeans", "work"),
-               ((C, "apparel_colors"), (S, "waist_sizes")), (15, 40)),
-            _t("baseball caps", ("Baseball Cap", "Baseball Cap Hat"),
-               "Clothing, Shoes & Jewelry › Men › Accessories › Hats & Caps › Baseball Caps",
-               ("adjustable", "breathable", "unisex"), ("cotton twill", "curved brim"),
-               ("sun protection", "outdoor sports", "running"), ((C, "apparel_colors"),), (10, 28)),
-            _t("swim trunks", ("Swim Trunks", "Swim Trunks Board Shorts"),
-               "Clothing, Shoes & Jewelry › Men › Clothing › Swim › Board Shorts",
-               ("quick drying", "lightweight"), ("mesh lining", "zip pocket", "elastic waist"),
-               ("beach", "swimming", "surfing"), ((C, "apparel_colors"), (S, "apparel_sizes")), (15, 35)),
-        ),
-    ),
-    Category(
-        name="electronics",
-        brands=("Voltrix", "Zentek", "Ampora", "Kyrolink", "Nexvolt", "Brivo", "Tecara", "Qubex"),
-        adjectives=("Portable", "Upgraded", "Compact", "Smart", "Universal", "Durable"),
-        tails=("2 Pack", "Upgraded Version", "Gift for Men"),
-        sentences=("Works with most phones, tablets and laptops out of the box.",
-                   "Backed by a one year warranty and lifetime technical support.",
-                   "Plug and play: no driver or app needed."),
-        bullets=("WHAT YOU GET: The device, a user manual and a one year warranty. ",
-                 "COMPATIBILITY: Works with iOS, Android, Windows and Mac devices. "),
-        types=(
-            _t("bluetooth speakers", ("Bluetooth Speaker", "Portable Bluetooth Speaker"),
-               "Electronics › Portable Audio & Video › Portable Speakers & Docks › Portable Bluetooth Speakers",
-               ("waterproof", "wireless", "shockproof"), ("long battery life", "deep bass", "built in microphone"),
-               ("outdoor", "party", "shower"), ((C, "electronics_colors"),), (20, 120)),
-            _t("wireless earbuds", ("Wireless Earbuds", "Wireless Bluetooth Earbuds"),
-               "Electronics › Headphones, Earbuds & Accessories › Headphones & Earbuds › Earbud Headphones",
-               ("noise cancelling", "water resistant", "hands free"),
-               ("charging case", "touch control", "built in microphone"), ("sports", "running", "phone calls"),
-               ((C, "electronics_colors"),), (20, 150)),
-            _t("hdmi cables", ("HDMI Cable", "HDMI Cable Cord"),
-               "Electronics › Television & Video › Accessories › Cables › HDMI Cables",
-               ("high speed", "gold plated", "braided"), ("ethernet support", "nylon braid"),
-               ("gaming", "home theater", "tv"), ((S, "cable_lengths"), ("Item Package Quantity",
-                                                                      "package_quantities")), (6, 30)),
-            _t("usb c chargers", ("USB C Charger", "USB C Wall Charger"),
-               "Electronics › Computers & Accessories › Computer Accessories & Peripherals › Chargers & Adapters",
-               ("fast charging", "compact", "foldable"), ("usb c cable", "dual ports", "gan technology"),
-               ("iphone", "laptop", "travel"), ((C, "electronics_colors"), ("Style", "charger_watts")), (10, 45)),
-            _t("power banks", ("Power Bank", "Portable Charger Power Bank"),
-               "Cell Phones & Accessories › Accessories › Chargers & Power Adapters › Portable Power Banks",
-               ("fast charging", "portable", "slim"), ("led display", "usb c port", "dual output"),
-               ("iphone", "travel", "camping"), ((C, "electronics_colors"), ("Capacity", "battery_capacities"),
-                                                 ("Item Package Quantity", "package_quantities")),
-               (15, 60)),
-            _t("wireless mouse", ("Wireless Mouse", "Wireless Computer Mouse"),
-               "Electronics › Computers & Accessories › Computer Accessories & Peripherals › Mice",
-               ("ergonomic", "silent click", "rechargeable"), ("usb receiver", "adjustable dpi"),
-               ("laptop", "office", "gaming"), ((C, "electronics_colors"),), (10, 40)),
-            _t("mechanical keyboards", ("Mechanical Keyboard", "Mechanical Gaming Keyboard"),
-               "Electronics › Computers & Accessories › Computer Accessories & Peripherals › Keyboards",
-               ("backlit", "compact", "wired"), ("rgb backlight", "hot swappable switches", "wrist rest"),
-               ("gaming", "typing", "office"), ((C, "electronics_colors"), ("Style", "keyboard_switches")),
-               (30, 130)),
-            _t("phone cases", ("Phone Case", "Phone Case Cover"),
-               "Cell Phones & Accessories › Cases, Holsters & Sleeves › Basic Cases",
-               ("shockproof", "slim", "anti scratch"), ("kickstand", "card holder", "raised edges"),
-               ("wireless charging", "drop protection"), ((C, "electronics_colors"), ("Style", "phone_models")),
-               (8, 25)),
-            _t("smart watches", ("Smart Watch", "Smart Fitness Watch"),
-               "Electronics › Wearable Technology › Smartwatches",
-               ("waterproof", "touch screen", "long lasting"), ("heart rate monitor", "sleep tracking", "gps"),
-               ("fitness", "android phones", "ios"),
-               ((C, "electronics_colors"), (S, "watch_sizes"), ("Style", "watch_bands")), (30, 200)),
-            _t("micro sd cards", ("Micro SD Card", "Micro SD Memory Card"),
-               "Electronics › Computers & Accessories › Memory Cards › Micro SD Cards",
-               ("high speed", "waterproof", "shockproof"), ("sd adapter", "lifetime warranty"),
-               ("cameras", "nintendo switch", "dash cam"), (("Capacity", "storage_capacities"),), (6, 60)),
-        ),
-    ),
-    Category(
-        name="garden",
-        brands=("Homvara", "Willowmere", "Casabel", "Dunmore", "Terralis", "Nestory", "Brookvale", "Fernleigh"),
-        adjectives=("Modern", "Rustic", "Decorative", "Durable", "Elegant", "Soft", "Premium"),
-        tails=("Set of 2", "Set of 4", "for Home Decor", "Gift Box"),
-        sentences=("Adds a warm touch to any room of the house.",
-                   "Easy to clean and built to last for years.",
-                   "Arrives ready to use, with no assembly required."),
-        bullets=("EASY CARE: Wipe clean with a damp cloth. ",
-                 "PERFECT GIFT: A thoughtful present for housewarmings, weddings and holidays. "),
-        types=(
-            _t("throw pillow covers", ("Throw Pillow Covers", "Throw Pillow Cushion Covers"),
-               "Home & Kitchen › Home Décor Products › Decorative Pillows, Inserts & Covers › Throw Pillow Covers",
-               ("double sided", "machine washable", "super soft"), ("hidden zipper", "velvet fabric"),
-               ("couch", "living room", "bedroom"), ((C, "home_colors"), (S, "pillow_sizes")), (8, 30)),
-            _t("bed sheet sets", ("Bed Sheet Set", "Bed Sheet and Pillowcase Set"),
-               "Home & Kitchen › Bedding › Sheets & Pillowcases › Sheet & Pillowcase Sets",
-               ("deep pocket", "wrinkle free", "breathable", "machine washable"), ("microfiber", "egyptian cotton"),
-               ("hot sleepers", "guest room"), ((C, "home_colors"), (S, "bed_sizes"), ("Pattern Name", "patterns")),
-               (20, 90)),
-            _t("coffee mugs", ("Coffee Mug", "Coffee Mug Cup"),
-               "Home & Kitchen › Kitchen & Dining › Dining & Entertaining › Glassware & Drinkware › Mugs",
-               ("dishwasher safe", "microwave safe", "lead free"), ("ceramic", "large handle", "gift box"),
-               ("coffee", "tea", "hot chocolate"), ((C, "home_colors"), (S, "mug_sizes")), (8, 25)),
-            _t("storage baskets", ("Storage Basket", "Storage Baskets Bins"),
-               "Home & Kitchen › Storage & Organization › Baskets, Bins & Containers › Storage Baskets",
-               ("foldable", "collapsible", "sturdy"), ("handles", "cotton rope", "lid"),
-               ("laundry", "toys", "closet"), ((C, "home_colors"), (S, "basket_sizes")), (12, 40)),
-            _t("string lights", ("String Lights", "LED String Lights"),
-               "Tools & Home Improvement › Lighting & Ceiling Fans › Novelty Lighting › String Lights",
-               ("waterproof", "dimmable", "battery operated"), ("remote control", "timer", "copper wire"),
-               ("bedroom", "patio", "wedding"), ((C, "light_colors"), (S, "light_lengths")), (8, 30)),
-            _t("garden hoses", ("Garden Hose", "Expandable Garden Hose"),
-               "Patio, Lawn & Garden › Watering Equipment › Garden Hoses",
-               ("expandable", "kink free", "leak proof", "lightweight"), ("spray nozzle", "brass fittings"),
-               ("car washing", "lawn", "patio"), ((S, "hose_lengths"), (C, "home_colors")), (20, 60)),
-            _t("plant pots", ("Plant Pots", "Plant Pots Planters"),
-               "Patio, Lawn & Garden › Gardening & Lawn Care › Pots, Planters & Container Accessories › Planters",
-               ("indoor", "modern design"), ("drainage holes", "saucers", "ceramic"),
-               ("succulents", "indoor plants", "herbs"), ((C, "home_colors"), (S, "pot_sizes")), (10, 35)),
-            _t("knife sets", ("Knife Set", "Kitchen Knife Set"),
-               "Home & Kitchen › Kitchen & Dining › Cutlery & Knife Accessories › Knife Block Sets",
-               ("dishwasher safe", "ultra sharp", "rust resistant"), ("stainless steel", "wooden block",
-                                                                       "knife sharpener"),
-               ("kitchen", "meal prep"), ((C, "home_colors"),), (25, 120)),
-            _t("blackout curtains", ("Blackout Curtains", "Blackout Curtain Panels"),
-               "Home & Kitchen › Home Décor Products › Window Treatments › Curtains & Drapes › Panels",
-               ("thermal insulated", "noise reducing", "machine washable"), ("grommet top", "rod pocket"),
-               ("bedroom", "living room", "nursery"), ((C, "home_colors"), (S, "curtain_sizes")), (15, 50)),
-            _t("bath towels", ("Bath Towels", "Bath Towel Set"),
-               "Home & Kitchen › Bath › Towels › Bath Towels",
-               ("highly absorbent", "quick drying", "super soft"), ("cotton", "hanging loop"),
-               ("bathroom", "gym", "pool"), ((C, "home_colors"), ("Style", "towel_styles")), (15, 45)),
-        ),
-    ),
-    Category(
-        name="grocery",
-        brands=("Orchardly", "Goldfield", "Pantryfare", "Mealora", "Sunbrook", "Crestwell", "Nutvana", "Farrow"),
-        adjectives=("Gourmet", "Healthy", "Delicious", "Fresh", "Natural", "Premium"),
-        tails=("Pack of 2", "Family Size", "Gift Box", "Bulk"),
-        sentences=("Made in small batches from carefully sourced ingredients.",
-                   "Store in a cool, dry place and enjoy within a few weeks of opening.",
-                   "A tasty treat for the whole family."),
-        bullets=("QUALITY INGREDIENTS: No artificial colors or flavors. ",
-                 "SATISFACTION GUARANTEE: Love it or get your money back. "),
-        types=(
-            _t("protein bars", ("Protein Bars", "Protein Snack Bars"),
-               "Grocery & Gourmet Food › Snack Foods › Bars › Protein Bars",
-               ("gluten free", "low sugar", "non gmo", "keto friendly", "plant based"), ("whey protein",),
-               ("post workout", "meal replacement"),
-               ((F, "bar_flavors"), (S, "count_sizes"), ("Item Package Quantity", "package_quantities")), (15, 40)),
-            _t("green tea bags", ("Green Tea Bags", "Organic Green Tea Bags"),
-               "Grocery & Gourmet Food › Beverages › Tea › Green",
-               ("organic", "non gmo", "sugar free", "individually wrapped"), ("antioxidants", "bamboo tea bags"),
-               ("daily wellness", "iced tea"), ((F, "tea_flavors"), (S, "tea_counts")), (5, 20)),
-            _t("whole bean coffee", ("Whole Bean Coffee", "Whole Bean Coffee Beans"),
-               "Grocery & Gourmet Food › Beverages › Coffee, Tea & Cocoa › Coffee › Whole Coffee Beans",
-               ("fair trade", "organic", "single origin"), ("arabica beans", "chocolate notes"),
-               ("espresso", "cold brew", "french press"), (("Style", "coffee_roasts"), (S, "coffee_sizes")),
-               (10, 40)),
-            _t("mixed nuts", ("Mixed Nuts", "Deluxe Mixed Nuts"),
-               "Grocery & Gourmet Food › Snack Foods › Nuts & Seeds › Mixed Nuts",
-               ("gluten free", "non gmo", "low sodium", "keto friendly"), ("sea salt", "resealable bag"),
-               ("snacking", "party"), ((F, "nut_flavors"), (S, "pound_sizes")), (8, 30)),
-            _t("olive oil", ("Extra Virgin Olive Oil", "Olive Oil"),
-               "Grocery & Gourmet Food › Pantry Staples › Cooking & Baking › Oils › Olive",
-               ("cold pressed", "organic", "non gmo"), ("glass bottle", "polyphenols"),
-               ("cooking", "salad dressing"), ((S, "oil_sizes"), ("Item Package Quantity", "package_quantities")),
-               (8, 35)),
-            _t("gummy candy", ("Gummy Candy", "Gummy Bears Candy"),
-               "Grocery & Gourmet Food › Candy & Chocolate › Gummy Candy",
-               ("gluten free", "fat free", "vegan"), ("real fruit juice", "natural flavors"),
-               ("party favors", "kids"), ((F, "candy_flavors"), (S, "candy_sizes")), (5, 20)),
-            _t("pasta", ("Pasta", "Chickpea Pasta"),
-               "Grocery & Gourmet Food › Pantry Staples › Pasta & Noodles › Dry Pasta",
-               ("gluten free", "non gmo", "high protein"), ("chickpea flour", "durum wheat"),
-               ("family dinners", "meal prep"), (("Style", "pasta_shapes"), (S, "pasta_sizes")), (6, 25)),
-            _t("beef jerky", ("Beef Jerky", "Beef Jerky Snack"),
-               "Grocery & Gourmet Food › Meat & Seafood › Jerky & Dried Meats › Beef",
-               ("high protein", "low fat", "gluten free", "keto friendly"), ("grass fed beef", "no preservatives"),
-               ("snacking", "hiking", "road trips"), ((F, "jerky_flavors"), (S, "jerky_sizes")), (8, 30)),
-            _t("raw honey", ("Raw Honey", "Raw Wildflower Honey"),
-               "Grocery & Gourmet Food › Pantry Staples › Jams, Jellies & Sweet Spreads › Honey",
-               ("raw", "unfiltered", "organic", "non gmo"), ("squeeze bottle", "glass jar"), ("tea", "baking"),
-               ((S, "honey_sizes"),), (8, 30)),
-            _t("sparkling water", ("Sparkling Water", "Sparkling Water Drink"),
-               "Grocery & Gourmet Food › Beverages › Bottled Beverages, Water & Drink Mixes › Sparkling Water",
-               ("zero calorie", "sugar free", "caffeine free"), ("natural flavors", "aluminum cans"),
-               ("hydration", "parties"), ((F, "water_flavors"), (S, "water_sizes")), (8, 30)),
-        ),
-    ),
-    Category(
-        name="sports",
-        brands=("Trailforge", "Peakmotion", "Ironvale", "Flexora", "Summitra", "Kinetra", "Bravenza", "Olvero"),
-        adjectives=("Professional", "Durable", "Lightweight", "Adjustable", "Premium", "Portable"),
-        tails=("for Men and Women", "for Adults", "Set of 2", "for Home Gym"),
-        sentences=("Built for training at home, at the gym or on the trail.",
-                   "Tested by athletes and designed to hold up to daily use.",
-                   "Packs down small so you can take it anywhere."),
-        bullets=("WORRY FREE: Every order is backed by a 90 day money back guarantee. ",
-                 "GREAT GIFT: Ideal for beginners and experienced athletes alike. "),
-        types=(
-            _t("yoga mats", ("Yoga Mat", "Yoga Exercise Mat"),
-               "Sports & Outdoors › Exercise & Fitness › Yoga › Mats",
-               ("non slip", "extra thick", "eco friendly", "lightweight"), ("carrying strap", "alignment lines"),
-               ("pilates", "home workout", "floor exercises"), ((C, "sports_colors"), (S, "mat_thicknesses")),
-               (15, 50)),
-            _t("resistance bands", ("Resistance Bands", "Resistance Bands Set"),
-               "Sports & Outdoors › Exercise & Fitness › Accessories › Exercise Bands",
-               ("heavy duty", "latex free"), ("door anchor", "handles", "carry bag"),
-               ("strength training", "physical therapy"), (("Style", "band_levels"), (C, "sports_colors")),
-               (10, 35)),
-            _t("water bottles", ("Water Bottle", "Insulated Water Bottle"),
-               "Sports & Outdoors › Outdoor Recreation › Camping & Hiking › Hydration & Filtration › Water Bottles",
-               ("bpa free", "leak proof", "insulated"), ("stainless steel", "straw lid"), ("gym", "hiking", "sports"),
-               ((C, "sports_colors"), (S, "bottle_sizes"), ("Style", "bottle_lids")), (12, 40)),
-            _t("dumbbells", ("Dumbbells", "Dumbbell Set"),
-               "Sports & Outdoors › Exercise & Fitness › Strength Training Equipment › Dumbbells",
-               ("adjustable", "non slip"), ("rubber coating", "hex design"), ("home gym", "strength training"),
-               ((S, "dumbbell_weights"), (C, "sports_colors")), (20, 150)),
-            _t("camping tents", ("Camping Tent", "Camping Dome Tent"),
-               "Sports & Outdoors › Outdoor Recreation › Camping & Hiking › Tents & Shelters › Tents",
-               ("waterproof", "easy setup", "lightweight"), ("rainfly", "carry bag", "mesh windows"),
-               ("camping", "backpacking", "family trips"), ((S, "tent_sizes"), (C, "sports_colors")), (50, 250)),
-            _t("cycling gloves", ("Cycling Gloves", "Cycling Bike Gloves"),
-               "Sports & Outdoors › Cycling › Clothing › Gloves",
-               ("breathable", "shock absorbing"), ("gel padding", "touch screen fingertips"),
-               ("mountain biking", "road cycling"), ((C, "sports_colors"), (S, "glove_sizes")), (10, 30)),
-            _t("jump ropes", ("Jump Rope", "Speed Jump Rope"),
-               "Sports & Outdoors › Exercise & Fitness › Cardio Training › Jump Ropes",
-               ("adjustable", "tangle free"), ("ball bearings", "foam handles"), ("crossfit", "boxing", "fitness"),
-               ((C, "sports_colors"),), (6, 20)),
-            _t("hiking backpacks", ("Hiking Backpack", "Hiking Daypack Backpack"),
-               "Sports & Outdoors › Outdoor Recreation › Camping & Hiking › Backpacks & Bags › Daypacks",
-               ("water resistant", "lightweight", "packable"), ("chest strap", "rain cover"),
-               ("hiking", "travel", "camping"), ((C, "sports_colors"), (S, "pack_volumes")), (25, 90)),
-            _t("pickleball paddles", ("Pickleball Paddle", "Pickleball Paddles Set"),
-               "Sports & Outdoors › Sports › Racquet Sports › Pickleball › Paddles",
-               ("lightweight", "durable"), ("carbon fiber", "cushion grip", "carry bag"),
-               ("beginners", "outdoor play"), ((C, "sports_colors"), ("Style", "paddle_styles")), (25, 100)),
-            _t("foam rollers", ("Foam Roller", "High Density Foam Roller"),
-               "Sports & Outdoors › Exercise & Fitness › Accessories › Foam Rollers",
-               ("high density", "lightweight"), ("textured surface", "carry bag"),
-               ("muscle recovery", "deep tissue massage"), ((C, "sports_colors"), (S, "roller_lengths")), (10, 35)),
-        ),
-    ),
-    Category(
-        name="toys",
-        brands=("Tinkerloo", "Joybop", "Brickly", "Wonderkin", "Playvana", "Zoodle", "Gigglebee", "Kiddora"),
-        adjectives=("Creative", "Educational", "Colorful", "Fun", "Classic", "Interactive", "Deluxe"),
-        tails=("for Kids", "for Boys and Girls", "Birthday Gift for Kids"),
-        sentences=("Encourages creativity, problem solving and hours of screen free play.",
-                   "Made from kid safe materials that meet toy safety standards.",
-                   "A great birthday or holiday gift."),
-        bullets=("SAFE MATERIALS: Tested to meet toy safety standards. ",
-                 "GIFT READY: Comes in a sturdy box that is easy to wrap. "),
-        types=(
-            _t("building blocks", ("Building Blocks", "Building Blocks Set"),
-               "Toys & Games › Building Toys › Building Sets",
-               ("non toxic", "bpa free", "stem educational"), ("storage box", "instruction booklet"),
-               ("kids", "boys and girls"), ((S, "piece_counts"),), (15, 60)),
-            _t("jigsaw puzzles", ("Jigsaw Puzzle", "Jigsaw Puzzles for Adults"),
-               "Toys & Games › Puzzles › Jigsaw Puzzles",
-               ("high quality", "eco friendly", "thick"), ("poster", "storage bag"),
-               ("adults", "family game night"), ((S, "piece_counts"),), (10, 30)),
-            _t("stuffed animals", ("Stuffed Animal", "Stuffed Animal Plush Toy"),
-               "Toys & Games › Stuffed Animals & Plush Toys › Stuffed Animals & Teddy Bears",
-               ("super soft", "machine washable", "huggable"), ("plush fabric", "embroidered eyes"),
-               ("toddlers", "kids", "birthday"), ((C, "toy_colors"), (S, "plush_sizes")), (10, 35)),
-            _t("remote control cars", ("Remote Control Car", "Remote Control Truck Car"),
-               "Toys & Games › Remote & App Controlled Vehicles & Parts › Remote & App Controlled Vehicles › Cars",
-               ("rechargeable", "high speed", "all terrain"), ("rechargeable batteries", "led lights"),
-               ("kids", "boys", "outdoor"), ((C, "toy_colors"),), (25, 90)),
-            _t("board games", ("Board Game", "Family Board Game"),
-               "Toys & Games › Games & Accessories › Board Games",
-               ("easy to learn", "fast paced"), ("game board", "cards"), ("family game night", "kids"),
-               (), (12, 45)),
-            _t("washable markers", ("Washable Markers", "Washable Markers Set"),
-               "Toys & Games › Arts & Crafts › Drawing & Painting Supplies › Markers",
-               ("washable", "non toxic", "quick drying"), ("fine tips", "storage case"),
-               ("kids", "coloring books", "school"), ((S, "marker_counts"),), (6, 25)),
-            _t("bubble machines", ("Bubble Machine", "Automatic Bubble Machine"),
-               "Toys & Games › Sports & Outdoor Play › Bubbles",
-               ("automatic", "battery operated"), ("bubble solution", "batteries"),
-               ("parties", "outdoor", "toddlers"), ((C, "toy_colors"),), (12, 35)),
-            _t("wooden train sets", ("Wooden Train Set", "Wooden Train Track Set"),
-               "Toys & Games › Toy Trains & Accessories › Train Sets",
-               ("non toxic", "kid safe"), ("wooden tracks", "magnetic connectors"), ("toddlers", "preschool"),
-               (), (20, 80)),
-        ),
-    ),
-    Category(
-        name="pets",
-        brands=("Pawlora", "Furrina", "Barkwell", "Whiskerly", "Tailwise", "Snuggo", "Petvana", "Houndly"),
-        adjectives=("Durable", "Cozy", "Premium", "Soft", "Calming", "Deluxe"),
-        tails=("for Dogs", "for Cats", "for Small Dogs", "2 Pack"),
-        sentences=("Designed with vets and loved by pets and their owners.",
-                   "Easy to clean and made to last through daily use.",
-                   "Keeps your pet happy, healthy and comfortable."),
-        bullets=("PET SAFE: Made from non toxic materials. ",
-                 "HAPPY PETS GUARANTEE: If your pet does not love it, we will make it right. "),
-        types=(
-            _t("dog beds", ("Dog Bed", "Orthopedic Dog Bed"),
-               "Pet Supplies › Dogs › Beds & Furniture › Beds",
-               ("orthopedic", "machine washable", "waterproof"), ("memory foam", "removable cover",
-                                                                  "non slip bottom"),
-               ("large dogs", "small dogs"), ((C, "pet_colors"), (S, "pet_sizes"), ("Style", "dog_bed_styles")),
-               (20, 90)),
-            _t("dog chew toys", ("Dog Chew Toys", "Dog Chew Toy"),
-               "Pet Supplies › Dogs › Toys › Chew Toys",
-               ("durable", "non toxic", "dishwasher safe"), ("natural rubber", "squeaker"),
-               ("aggressive chewers", "puppies", "teething"), ((S, "pet_sizes"),), (6, 25)),
-            _t("cat litter", ("Cat Litter", "Clumping Cat Litter"),
-               "Pet Supplies › Cats › Litter & Housebreaking › Litter",
-               ("clumping", "low dust", "odor control"), ("activated charcoal", "plant based formula"),
-               ("multiple cats", "kittens"), (("Scent", "litter_scents"), (S, "litter_sizes")), (10, 35)),
-            _t("cat trees", ("Cat Tree", "Cat Tree Tower"),
-               "Pet Supplies › Cats › Cat Furniture › Cat Trees",
-               ("sturdy", "easy assembly"), ("scratching posts", "hammock", "condo"), ("indoor cats", "kittens"),
-               ((C, "pet_colors"),), (30, 120)),
-            _t("dog leashes", ("Dog Leash", "Dog Leash Lead"),
-               "Pet Supplies › Dogs › Collars, Harnesses & Leashes › Leashes",
-               ("reflective", "heavy duty", "tangle free"), ("padded handle", "poop bag dispenser"),
-               ("walking", "training", "medium dogs"), ((C, "pet_colors"), (S, "leash_lengths")), (8, 30)),
-            _t("aquarium filters", ("Aquarium Filter", "Aquarium Power Filter"),
-               "Pet Supplies › Fish & Aquatic Pets › Aquarium Pumps & Filters",
-               ("low noise", "adjustable flow"), ("filter cartridges", "sponge"), ("fish tanks", "turtles"),
-               ((S, "tank_sizes"),), (12, 45)),
-            _t("dry dog food", ("Dry Dog Food", "Dry Dog Food Kibble"),
-               "Pet Supplies › Dogs › Food › Dry",
-               ("grain free", "high protein", "natural"), ("real chicken", "probiotics"),
-               ("adult dogs", "puppies", "sensitive stomachs"), ((F, "dog_food_flavors"), (S, "dog_food_sizes")),
-               (15, 70)),
-            _t("pet grooming brushes", ("Pet Grooming Brush", "Pet Grooming Slicker Brush"),
-               "Pet Supplies › Dogs › Grooming › Brushes",
-               ("self cleaning", "gentle"), ("soft bristles", "comfort grip"), ("shedding", "long hair", "cats"),
-               ((C, "pet_colors"),), (8, 25)),
-        ),
-    ),
-    Category(
-        name="office",
-        brands=("Deskora", "Scribbly", "Paperloft", "Notara", "Clipwell", "Ledgerly", "Tabbix", "Quillon"),
-        adjectives=("Professional", "Durable", "Compact", "Colorful", "Modern", "Classic"),
-        tails=("12 Pack", "for Office", "for School and Office", "Set of 3"),
-        sentences=("Keeps your desk tidy and your work organized.",
-                   "Ideal for home offices, classrooms and busy workplaces.",
-                   "Made from sturdy materials for everyday use."),
-        bullets=("OFFICE ESSENTIAL: A must have for home, school and work. ",
-                 "CUSTOMER SUPPORT: Contact us any time with questions about your order. "),
-        types=(
-            _t("gel pens", ("Gel Pens", "Gel Ink Pens"),
-               "Office Products › Office & School Supplies › Writing & Correction Supplies › Pens & Refills",
-               ("quick drying", "smooth writing", "retractable"), ("fine point", "comfort grip"),
-               ("journaling", "note taking", "school"), ((C, "pen_colors"), (S, "count_sizes")), (5, 20)),
-            _t("spiral notebooks", ("Spiral Notebook", "Spiral Notebooks"),
-               "Office Products › Office & School Supplies › Paper › Notebooks & Writing Pads",
-               ("college ruled", "durable"), ("pocket dividers", "thick paper", "hard cover"),
-               ("school", "office", "note taking"), ((C, "office_colors"), ("Style", "notebook_rulings")), (5, 20)),
-            _t("desk organizers", ("Desk Organizer", "Desk Organizer Caddy"),
-               "Office Products › Office & School Supplies › Desk Accessories & Workspace Organizers",
-               ("space saving", "sturdy"), ("drawers", "pen holder", "mesh design"),
-               ("home office", "school supplies"), ((C, "office_colors"),), (12, 40)),
-            _t("office chairs", ("Office Chair", "Ergonomic Office Chair"),
-               "Office Products › Office Furniture & Lighting › Chairs & Sofas › Desk Chairs",
-               ("ergonomic", "height adjustable", "breathable"), ("lumbar support", "padded armrests", "mesh back"),
-               ("home office", "long hours"), ((C, "office_colors"),), (60, 250)),
-            _t("sticky notes", ("Sticky Notes", "Sticky Notes Pads"),
-               "Office Products › Office & School Supplies › Paper › Sticky Notes",
-               ("self adhesive", "removable"), ("bright colors", "lined pages"), ("reminders", "studying"),
-               ((C, "note_colors"), (S, "note_sizes")), (5, 18)),
-            _t("label makers", ("Label Maker", "Portable Label Maker"),
-               "Office Products › Office Electronics › Label Makers",
-               ("portable", "rechargeable"), ("bluetooth connection", "label tape"),
-               ("home organization", "office"), ((C, "office_colors"),), (20, 70)),
-            _t("file folders", ("File Folders", "Hanging File Folders"),
-               "Office Products › Office & School Supplies › Filing Products › File Folders",
-               ("heavy duty", "reinforced"), ("tabs", "label inserts"), ("documents", "office filing"),
-               ((C, "office_colors"), (S, "folder_sizes")), (8, 30)),
-            _t("whiteboards", ("Whiteboard", "Magnetic Whiteboard"),
-               "Office Products › Office & School Supplies › Presentation Boards › Dry Erase Boards",
-               ("magnetic", "double sided", "easy erase"), ("aluminum frame", "marker tray"),
-               ("classroom", "home office"), ((S, "board_sizes"), (C, "frame_colors")), (20, 90)),
-        ),
-    ),
-)
+    The file is one JSON object: ``option_values`` (``{pool: [values]}``), ``categories`` (a list of ``{name,
+    brands, adjectives, tails, sentences, bullets, types}``, each type ``{query, titles, product_category, pre, with,
+    for, options: [[option name, pool], ...], price: [low, high]}``), ``non_noun_words``, ``acronyms``,
+    ``instruction_openers`` and ``human_openers`` (see :class:`Vocabulary`). Read once per process.
 
-#: Title words that are not nouns (adjectives, participles, prepositions, conjunctions). Every other word of a title
-#: is a noun or proper noun, which is how the title-noun table is built: by construction, not by a tagger.
-NON_NOUN_WORDS = frozenset("""
-a absorbing activated adhesive adjustable all and anti athletic automatic backlit based braided breathable built
-calming cancelling casual chapped classic cleaning clumping cold collapsible colorful comfortable compact cozy
-creative curly cushioned daily dark decorative deep delicious deluxe dimmable double dry drying dual durable easy
-eco educational egyptian elastic electric elegant embroidered erase ergonomic essential everyday expandable extra
-fair fast faux fine floral foldable for four free french fresh friendly fun gentle genuine glossy gourmet greasy
-green hanging hard healthy heavy high highly hooded hot huggable hydrating in individually indoor insulated
-interactive ionic large lasting learn lightweight lined long low magnetic mechanical mixed modern multiple natural
-non nourishing of operated organic orthopedic outdoor packable padded physical pigmented plated portable premium
-pressed professional quick raised raw real rechargeable reducing reflective reinforced removable resealable
-resistant retractable rustic safe saving self sensitive sharp shockproof short sided silent single sleeveless slim
-small smart smooth soft sonic sparkling stainless sticky stuffed sturdy stylish super synthetic taking tested
-textured the thermal thick to toxic ultra unfiltered unisex universal upgraded vegan virgin washable waterproof
-whole wicking wireless with wooden wrapped zero
-""".split())
+    Raises:
+        WebShopDataError: the file is missing from the installed package, is not JSON, lacks a key, or names an
+            option pool it does not define (reinstall the package).
+    """
+    path = resources.files(__package__).joinpath("data", VOCABULARY_FILE)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        option_values = {pool: tuple(values) for pool, values in data["option_values"].items()}
+        categories = tuple(
+            Category(c["name"], tuple(c["brands"]), tuple(c["adjectives"]), tuple(c["tails"]), tuple(c["sentences"]),
+                     tuple(c["bullets"]), tuple(_product_type(t) for t in c["types"]))
+            for c in data["categories"])
+        vocab = Vocabulary(categories, option_values, frozenset(data["non_noun_words"]), dict(data["acronyms"]),
+                           tuple(data["instruction_openers"]), tuple(data["human_openers"]))
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:  # ValueError: not JSON, not UTF-8
+        raise WebShopDataError(f"package data {path} is missing or malformed ({e!r}); reinstall apo_lightning "
+                               "(pip install -e .)") from e
+    unknown = sorted({pool for c in categories for t in c.types for _, pool in t.options} - set(option_values))
+    if unknown:
+        raise WebShopDataError(f"package data {path}: product types use option pools it does not define: {unknown}")
+    return vocab
 
-#: Words kept upper-case when attributes are title-cased for a product name.
-_ACRONYMS = {"bpa": "BPA", "gmo": "GMO", "usb": "USB", "hdmi": "HDMI", "led": "LED", "rgb": "RGB", "gps": "GPS",
-             "dpi": "DPI", "gan": "GaN", "tv": "TV", "ios": "iOS", "sd": "SD", "iphone": "iPhone"}
+
 _LOWER_WORDS = {"and", "for", "with", "of", "to", "in", "the", "a"}
-
-#: Human-style openers (lower case, as typed by MTurk workers).
-HUMAN_OPENERS = ("i need", "i am looking for", "i'm looking for", "i want", "find me", "looking for",
-                 "i would like", "can you find me")
-#: Synthetic instruction openers; "Find me" dominates, as in items_ins_v2.
-INSTRUCTION_OPENERS = ("Find me",) * 6 + ("I need", "I am looking for", "Show me", "Help me find")
 
 # ------------------------------------------------------------------------------------------------ helpers
 
 
 def _title_case(phrase: str) -> str:
     """Title-case a lower-case attribute for use in a product name ("bpa free" -> "BPA Free")."""
+    acronyms = vocabulary().acronyms
     words = []
     for i, word in enumerate(phrase.split()):
-        if word in _ACRONYMS:
-            words.append(_ACRONYMS[word])
+        if word in acronyms:
+            words.append(acronyms[word])
         elif word in _LOWER_WORDS and i > 0:
             words.append(word)
         else:
@@ -752,18 +200,19 @@ def _title_case(phrase: str) -> str:
 
 
 def title_nouns(title: str) -> list[str]:
-    """The noun list of a synthetic product name: lower-cased words that are not in NON_NOUN_WORDS or numbers.
+    """The noun list of a synthetic product name: its lower-cased words, less numbers and ``non_noun_words``.
 
     Mirrors the real table's expression ``[t.text.lower() for t in nlp(name) if t.pos_ in ('NOUN', 'PROPN')]``
-    for names composed from this module's word tables: duplicates and order kept, possessive ``'s`` dropped
+    for names composed from the word tables: duplicates and order kept, possessive ``'s`` dropped
     (spaCy splits it off), numbers dropped (spaCy tags them NUM).
     """
+    non_nouns = vocabulary().non_noun_words
     nouns = []
     for token in re.findall(r"[A-Za-z0-9][A-Za-z0-9.']*", title):
         word = token.lower().rstrip(".")
-        if word.endswith("'s") and word not in NON_NOUN_WORDS:
+        if word.endswith("'s") and word not in non_nouns:
             word = word[:-2]
-        if word in NON_NOUN_WORDS or not re.search(r"[a-z]", word):
+        if word in non_nouns or not re.search(r"[a-z]", word):
             continue
         nouns.append(word)
     return nouns
@@ -932,7 +381,7 @@ def _customization_options(rng: random.Random, ptype: ProductType, used_ids: set
     options: dict = {}
     seen_values: set[str] = set()  # a value must not appear under two option names (the env stores clicks by value)
     for name, pool_key in chosen:
-        pool = [v for v in OPTION_VALUES[pool_key] if v.lower() not in seen_values]
+        pool = [v for v in vocabulary().option_values[pool_key] if v.lower() not in seen_values]
         n = min(rng.randint(low, high), len(pool))
         picks = sorted(rng.sample(range(len(pool)), n))  # keep the pool's natural order (sizes ascending)
         entries = []
@@ -955,7 +404,7 @@ def _instruction(rng: random.Random, ptype: ProductType, instruction_attributes:
     pre = [a for a in instruction_attributes if _kind(ptype, a) == "pre"]
     with_ = [a for a in instruction_attributes if _kind(ptype, a) == "with"]
     for_ = [a for a in instruction_attributes if _kind(ptype, a) == "for"]
-    opener = rng.choice(INSTRUCTION_OPENERS)
+    opener = rng.choice(vocabulary().instruction_openers)
     if pre and rng.random() < 0.2:
         body = f"{ptype.query} that {_be(ptype.query)} {', '.join(pre)}"
     else:
@@ -1002,7 +451,7 @@ def _human_record(rng: random.Random, ptype: ProductType, product: dict, attribu
     instruction_attributes = [] if skipped else rng.sample(attributes, min(len(attributes), rng.choice((1, 1, 2))))
     pre = [a for a in instruction_attributes if _kind(ptype, a) == "pre"]
     rest = [a for a in instruction_attributes if _kind(ptype, a) != "pre"]
-    text = f"{rng.choice(HUMAN_OPENERS)} {' '.join(pre + [ptype.query])}".replace("  ", " ")
+    text = f"{rng.choice(vocabulary().human_openers)} {' '.join(pre + [ptype.query])}".replace("  ", " ")
     if rest:
         text += " " + " and ".join(("with " if _kind(ptype, a) == "with" else "for ") + a for a in rest)
     if asked:
@@ -1041,7 +490,7 @@ def build_catalog(seed: int = 0, num_products: int = 600) -> dict[str, object]:
     if num_products < 1:
         raise ValueError(f"num_products must be >= 1, got {num_products}")
     rng = random.Random(seed)
-    types = [(category, ptype) for category in CATEGORIES for ptype in category.types]
+    types = [(category, ptype) for category in vocabulary().categories for ptype in category.types]
     per_type = [num_products // len(types)] * len(types)
     for i in rng.sample(range(len(types)), num_products % len(types)):
         per_type[i] += 1

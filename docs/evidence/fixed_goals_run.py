@@ -1,14 +1,15 @@
 """A training run on a fixed list of goals, printing the sampled success rate of every step's trajectories.
 
     GOALS=1500,1501,1515,1518,1522,1524 python docs/evidence/fixed_goals_run.py --model.learning_rate=1e-4
-    GOALS=... python docs/evidence/fixed_goals_run.py --model.algorithm=grpo --data.batch_size=2
+    GOALS=... python docs/evidence/fixed_goals_run.py --data.batch_size=2 \
+        --model.objective=apo_lightning.apo.objectives.GRPO
 
 The learning-sanity experiments of docs/experiments.md ("Learning sanity setting"): configs/quickstart.yaml from
 models/quickstart-ref, one process, the success reward, stage 1 with N = 8 samples, 8 trajectories a step, β2 0.1,
 no warm-up, no validation, ``STEPS`` (default 24) steps; the command line adds overrides. The goals go to the
-data module's ``train_goal_indices`` (the first runs patched its ``pool``, to the same effect). Last line: one JSON
-object with the per-step success rates, the mean of the first and last 4 steps, each goal's success rate over the
-last 8 steps, the KL to π_ref (``train/kl``, every 4th step) and the wall time.
+data module's ``train_goal_indices``. Last line: one JSON object with the per-step success rates, the mean of the
+first and last 4 steps, each goal's success rate over the last 8 steps, the KL to π_ref (``train/kl``, every 4th
+step) and the wall time.
 """
 
 import json

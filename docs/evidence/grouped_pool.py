@@ -9,16 +9,15 @@ import collections
 import random
 import sys
 
-from apo_lightning.lit.settings import EnvConfig
+from apo_lightning.webshop import WebShop
 
 
 def main() -> None:
     products_wanted, per_product = int(sys.argv[1]), int(sys.argv[2])
     seed = int(sys.argv[3]) if len(sys.argv) > 3 else 0
-    env = EnvConfig(data_dir="synthetic", max_steps=10)
-    shop = env.shop()
+    shop = WebShop.load(None)  # the synthetic catalog, synthetic goals, catalog seed 233
     by_asin = collections.defaultdict(list)
-    for g in env.split("train"):
+    for g in shop.split("train"):
         by_asin[shop.goals[g]["asin"]].append(g)
     rng = random.Random(seed)
     products = sorted(asin for asin, goals in by_asin.items() if len(goals) >= per_product)

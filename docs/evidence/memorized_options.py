@@ -17,7 +17,7 @@ import collections
 import json
 from pathlib import Path
 
-from apo_lightning.lit.settings import EnvConfig
+from apo_lightning.webshop import WebShop
 
 
 def option_values(goal: dict) -> set[str]:
@@ -27,11 +27,12 @@ def option_values(goal: dict) -> set[str]:
 
 def wrong_clicks(episode: dict) -> list[str]:
     """The executed option clicks of ``episode`` whose value the goal did not ask for."""
-    wanted, asin = option_values(episode["goal"]), episode["goal"]["asin"]
+    wanted, asin = option_values(episode["goal"]), episode["goal"]["asin"].lower()
     clicks = []
     for turn in episode["turns"]:
         action = turn["action"] or ""
-        if action.startswith("click[") and action not in ("click[buy now]", f"click[{asin}]") and turn["valid_action"]:
+        if (action.startswith("click[") and action.lower() not in ("click[buy now]", f"click[{asin}]")
+                and turn["valid_action"]):
             if action[6:-1] not in wanted:
                 clicks.append(action[6:-1])
     return clicks
@@ -42,9 +43,8 @@ def main() -> None:
     parser.add_argument("results", nargs="+", help="results directories with an episodes.jsonl")
     parser.add_argument("--pool", help="an RL run's goals: N (the first N training goals) or a list g1,g2,...")
     args = parser.parse_args()
-    env = EnvConfig(data_dir="synthetic", max_steps=10)
-    shop = env.shop()
-    train = env.split("train")
+    shop = WebShop.load(None)  # the synthetic catalog, synthetic goals, catalog seed 233
+    train = list(shop.split("train"))
     if args.pool is None:
         goals = train
     else:

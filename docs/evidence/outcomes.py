@@ -1,7 +1,7 @@
-"""Per-goal outcomes of a results directory, small enough to commit, for paired comparisons in later sessions.
+"""Per-goal outcomes of a results directory, small enough to commit, so that a later run can be paired with it.
 
-``data/`` and ``results/`` do not survive a new working copy, so a later session cannot pair a new run with an old
-one unless the old run's per-goal outcomes are in the repository. This keeps, from each record of a results
+``data/`` and ``results/`` do not survive a new working copy, so a new run cannot be paired with an old one unless
+the old run's per-goal outcomes are in the repository. This keeps, from each record of a results
 directory's ``episodes.jsonl``, only what ``python -m apo_lightning.eval compare`` reads (method, split, goal index,
 success, score), about 90 bytes a goal; ``compare`` accepts the written file in place of a results directory.
 (``evaluate --save-outcomes`` writes another file, a reference card's replay record with its settings, which

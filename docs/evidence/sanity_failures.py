@@ -2,17 +2,19 @@
 
     GOALS=1500,1518,1646,1695,1795,1885 SEED=1 python docs/evidence/sanity_failures.py   # about 4 minutes
 
-Trains the learning sanity setting as it was before rollouts at top-p 0.9 (β1 100, lr 3e-4, 12 trajectories a step,
-temperature 1, 40 steps; one process; ``tests/test_learning.py`` now adds top-p and runs 12 steps) on ``GOALS`` at
-run seed ``SEED``, records every sampled trajectory, and classifies the failures of steps 25–40:
-no purchase (split by what the product click was: the goal's ASIN, another ASIN-like string, no parseable action),
-or the goal's product bought with a wrong option value or an option skipped. docs/experiments.md, "Learning sanity
-setting", "What the plateau is made of".
+Trains the learning sanity setting without top-p (β1 100, lr 3e-4, 12 trajectories a step, rollouts at temperature
+1, ``STEPS`` steps, default 40; one process; ``tests/test_learning.py`` runs the same setting with top-p 0.9 for 12
+steps) on ``GOALS`` at run seed ``SEED``; the command line adds overrides. It records every sampled trajectory and
+classifies the failures of the last 16 steps: no purchase (split by what the product click was: the goal's ASIN,
+another ASIN-like string, no parseable action), or the goal's product bought with a wrong option value or an option
+skipped. Prints each failure's goal, class and actions, then one JSON line with the counts. docs/experiments.md,
+"Learning sanity setting", "What the plateau is made of".
 """
 
 import collections
 import json
 import os
+import sys
 from pathlib import Path
 
 from lightning.pytorch import Callback
@@ -23,7 +25,7 @@ from apo_lightning.lit.fixed_goals import fixed_goals_arguments
 REPO = Path(__file__).resolve().parents[2]
 GOALS = [int(g) for g in os.environ.get("GOALS", "1500,1518,1646,1695,1795,1885").split(",")]
 SEED = int(os.environ.get("SEED", 1))
-STEPS = 40
+STEPS = int(os.environ.get("STEPS", 40))
 
 
 class Trajectories(Callback):
@@ -54,7 +56,7 @@ def failure(trajectory, goal: dict) -> str:
 if __name__ == "__main__":
     setting = fixed_goals_arguments(REPO / "models/quickstart-ref", GOALS, STEPS, batch_size=12, learning_rate=3e-4)
     rl = build_cli(["--config", str(REPO / "configs/quickstart.yaml"), *setting, "--data.vstar.beta1=100",
-                    f"--seed_everything={SEED}"], run=False)
+                    f"--seed_everything={SEED}", *sys.argv[1:]], run=False)
     record = Trajectories()
     rl.trainer.callbacks.append(record)
     rl.trainer.fit(rl.model, rl.datamodule)

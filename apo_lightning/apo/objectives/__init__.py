@@ -1,17 +1,14 @@
-"""Training objectives, one file each, all behind one interface (``base.Objective``): A*-PO (``apo``), GRPO
-(``grpo``), the seed projects' KL-anchored policy gradient (``kl_pg``) and advantage-weighted SFT (``awr``).
-``OBJECTIVES[name]`` is what the Lightning layer asks."""
+"""Training objectives, one file each, all subclasses of ``base.Objective`` whose fields are their settings: A*-PO
+(``APO``), GRPO (``GRPO``), the seed projects' KL-anchored policy gradient (``KLPG``) and advantage-weighted SFT
+(``AWR``). A config names one by its class (``class_path: apo_lightning.apo.objectives.GRPO``, or ``GRPO`` on the
+command line, which finds every subclass imported here)."""
 
 from __future__ import annotations
 
-from typing import Literal
-
-from . import apo, awr, grpo, kl_pg
+from .apo import APO
+from .awr import AWR
 from .base import Objective, PackedBatch, kl_statistics
+from .grpo import GRPO
+from .kl_pg import KLPG
 
-#: The ``algorithm`` names a config may use.
-Algorithm = Literal["apo", "grpo", "kl_pg", "awr"]
-OBJECTIVES: dict[str, Objective] = {o.name: o for o in (apo.OBJECTIVE, grpo.OBJECTIVE, kl_pg.OBJECTIVE,
-                                                         awr.OBJECTIVE)}
-
-__all__ = ["Algorithm", "OBJECTIVES", "Objective", "PackedBatch", "kl_statistics"]
+__all__ = ["APO", "AWR", "GRPO", "KLPG", "Objective", "PackedBatch", "kl_statistics"]

@@ -7,34 +7,13 @@ github.com/ZhaolinGao/A-PO, ``verl/trainer/apo/core_algos.py::compute_policy_los
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from ..checks import masked, require_batch_vector, require_ndim, require_positive_finite, require_same_shape
 from .base import Objective, PackedBatch, masked_token_mean
-
-
-@dataclass
-class APOSettings:
-    """A*-PO stage-2 settings.
-
-    Args:
-        beta2: the stage-2 KL temperature β2 (paper default 1e-3). The regression target of a trajectory's summed
-            log-ratio is ``(r − V*)/β2``; larger β2 keeps the policy nearer π_ref, which suits short action replies.
-            The paper's 1e-3 goes with its lr 1e-6 (at which 24 quick-start steps change no greedy episode); with
-            lr ≥ 1e-4 on the 2 M-parameter references, β2 0.05 and the score reward, the targets of ±10 nats or
-            more run away (KL 181 nats and 45 % unparseable replies at lr 3e-4 on the quick start;
-            docs/experiments.md). With the success reward and V* at the samples' mean (β1 100) it runs away later, after
-            about 100 steps of 16 trajectories at lr 1e-4 (β2 0.5: about 175), because on the policy's own samples
-            the mean log-ratio is the KL ≥ 0 and every step pushes down what was sampled; stage-1 reference samples
-            as extra rows (``VStarConfig.reuse``, 8 per process) kept 192 such steps below 0.7 nats.
-        entropy_coef: subtract this times the policy's mean entropy per generated token from the loss (the
-            authors' trainer: 0.001); 0 = the regression alone.
-    """
-
-    beta2: float = 1e-3
-    entropy_coef: float = 0.0
 
 
 def apo_loss(
@@ -100,15 +79,42 @@ def apo_loss(
     return loss, stats
 
 
-def _loss(batch: PackedBatch, settings: APOSettings) -> tuple[Tensor, dict[str, Tensor]]:
-    loss, stats = apo_loss(batch.logp, batch.ref_logp, batch.mask, batch.reward, batch.v_star, settings.beta2)
-    stats["v_star_mean"] = batch.v_star.mean()
-    if settings.entropy_coef:
-        if batch.entropy is None:
-            raise ValueError("entropy_coef > 0 needs the policy's entropy in the batch")
-        loss = loss - settings.entropy_coef * masked_token_mean(batch.entropy, batch.mask)
-    return loss, stats
+@dataclass(frozen=True)
+class APO(Objective):
+    """A*-PO stage 2 (Brantley et al. 2025): ``β2 · log π/π_ref`` regressed onto ``r − V*``, one trajectory a goal.
 
+    :func:`apo_loss`, with the authors' optional entropy bonus.
 
-OBJECTIVE = Objective(name="apo", settings=APOSettings, needs_v_star=True, loss=_loss,
-                      rollouts_per_goal=lambda settings: 1)
+    Args:
+        beta2: the stage-2 KL temperature β2, a finite number > 0 (paper default 1e-3). The regression target of a
+            trajectory's summed log-ratio is ``(r − V*) / β2``: a larger β2 keeps the policy nearer π_ref. The
+            paper's 1e-3 goes with its learning rate 1e-6; at the learning rates of this project's configs (1e-4) the
+            configs use 0.05 to 0.1 (docs/experiments.md measures both).
+        entropy_coef: subtract this times the policy's mean entropy per generated token from the loss (an entropy
+            bonus, as in the A*-PO authors' trainer, which uses 0.001); 0 = the regression alone.
+
+    Raises:
+        ValueError: ``beta2`` is not a finite number > 0.
+    """
+
+    name: ClassVar[str] = "apo"
+    beta2: float = 1e-3
+    entropy_coef: float = 0.0
+
+    def __post_init__(self) -> None:
+        require_positive_finite("beta2", self.beta2)
+
+    def loss(self, batch: PackedBatch) -> tuple[Tensor, dict[str, Tensor]]:
+        """:func:`apo_loss` on the batch, less ``entropy_coef`` times the mean entropy; ``stats`` adds
+        ``v_star_mean``.
+
+        Raises:
+            ValueError: ``entropy_coef`` is not 0 and the batch has no entropy.
+        """
+        loss, stats = apo_loss(batch.logp, batch.ref_logp, batch.mask, batch.reward, batch.v_star, self.beta2)
+        stats["v_star_mean"] = batch.v_star.mean()
+        if self.entropy_coef:
+            if batch.entropy is None:
+                raise ValueError("entropy_coef > 0 needs the policy's entropy in the batch")
+            loss = loss - self.entropy_coef * masked_token_mean(batch.entropy, batch.mask)
+        return loss, stats

@@ -16,7 +16,7 @@ imitated less.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -25,24 +25,6 @@ from ..checks import masked, require_batch_vector, require_ndim, require_positiv
 from .base import Objective, PackedBatch, k3_kl
 
 NORM_CLIP, WEIGHT_MIN, WEIGHT_MAX, EPS = 3.0, 0.1, 5.0, 1e-8
-
-
-@dataclass
-class AWRSettings:
-    """Advantage-weighted SFT settings.
-
-    Args:
-        weighting: "linear" (clamp(â + 1, 0.1, 5) of the batch-normalised advantage) or "exp" (AWR:
-            min(exp(adv / τ), max_weight)).
-        tau: τ of the exponential weights.
-        max_weight: the cap of the exponential weights (AWR's 20).
-        kl_coef: the weight of the per-token KL to π_ref.
-    """
-
-    weighting: Literal["linear", "exp"] = "linear"
-    tau: float = 1.0
-    max_weight: float = 20.0
-    kl_coef: float = 0.01
 
 
 def awr_weights(advantage: Tensor, weighting: str = "linear", tau: float = 1.0, max_weight: float = 20.0) -> Tensor:
@@ -106,10 +88,38 @@ def awr_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, reward: Tensor, v_sta
     return loss, stats
 
 
-def _loss(batch: PackedBatch, settings: AWRSettings) -> tuple[Tensor, dict[str, Tensor]]:
-    return awr_loss(batch.logp, batch.ref_logp, batch.mask, batch.reward, batch.v_star, settings.weighting,
-                    settings.tau, settings.max_weight, settings.kl_coef)
+@dataclass(frozen=True)
+class AWR(Objective):
+    """Advantage-weighted SFT on the policy's own trajectories, with the A*-PO V* as baseline.
 
+    The module docstring gives the weights; :func:`awr_loss` the loss.
 
-OBJECTIVE = Objective(name="awr", settings=AWRSettings, needs_v_star=True, loss=_loss,
-                      rollouts_per_goal=lambda settings: 1)
+    Args:
+        weighting: "linear" (``clamp(â + 1, 0.1, 5)`` of the batch-normalised advantage, the seed project's form)
+            or "exp" (AWR, Peng et al. 2019, Eq. 11: ``min(exp(adv / τ), max_weight)``).
+        tau: τ > 0 of the exponential weights.
+        max_weight: the cap of the exponential weights, > 0 (AWR's 20).
+        kl_coef: the weight of the per-token KL to π_ref, >= 0.
+
+    Raises:
+        ValueError: an unknown ``weighting``, ``tau`` or ``max_weight`` not > 0, or ``kl_coef`` < 0.
+    """
+
+    name: ClassVar[str] = "awr"
+    weighting: Literal["linear", "exp"] = "linear"
+    tau: float = 1.0
+    max_weight: float = 20.0
+    kl_coef: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.weighting not in ("linear", "exp"):
+            raise ValueError(f"weighting must be 'linear' or 'exp', got {self.weighting!r}")
+        require_positive_finite("tau", self.tau)
+        require_positive_finite("max_weight", self.max_weight)
+        if self.kl_coef < 0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+
+    def loss(self, batch: PackedBatch) -> tuple[Tensor, dict[str, Tensor]]:
+        """:func:`awr_loss` on the batch."""
+        return awr_loss(batch.logp, batch.ref_logp, batch.mask, batch.reward, batch.v_star, self.weighting,
+                        self.tau, self.max_weight, self.kl_coef)

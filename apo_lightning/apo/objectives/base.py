@@ -1,14 +1,16 @@
 """The objective interface: what the RL module and data module ask an objective, and the batch it sees.
 
-An objective is a name, a settings dataclass, whether it needs V* (stage 1), how many rollouts per goal it needs,
-and a pure function from a :class:`PackedBatch` and its settings to ``(loss, stats)``. The module and the data
-module ask the objective; they never branch on its name.
+An objective is a small frozen dataclass whose fields are its settings (``APO(beta2=0.05)``): it says whether it
+needs V* (stage 1), how many rollouts it needs per goal, and turns a :class:`PackedBatch` into ``(loss, stats)``
+by calling its pure tensor loss function. The module and the data module ask the objective; they never branch on
+its name.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -44,23 +46,27 @@ class PackedBatch:
                               for f in fields(self)})
 
 
-@dataclass(frozen=True)
-class Objective:
-    """A training objective.
+class Objective(ABC):
+    """A training objective. Each subclass is a frozen dataclass whose fields are the objective's settings, so its
+    ``repr`` (``APO(beta2=0.05, entropy_coef=0.0)``) names it and its settings, and two objectives are equal when
+    their class and settings are.
 
     Attributes:
-        name: its ``algorithm`` name in the configs.
-        settings: its settings dataclass (``model.<name>`` in the configs).
+        name: the objective's name: the method in the results (``model.method_name`` by default) and in logs.
         needs_v_star: whether stage 1 (V* from reference samples) must run before training.
-        loss: ``(batch, settings) -> (loss 0-d float32, stats {name: detached 0-d float32})``.
-        rollouts_per_goal: ``settings -> int``, trajectories sampled per goal in a batch.
     """
 
-    name: str
-    settings: type
-    needs_v_star: bool
-    loss: Callable[[PackedBatch, Any], tuple[Tensor, dict[str, Tensor]]]
-    rollouts_per_goal: Callable[[Any], int]
+    name: ClassVar[str]
+    needs_v_star: ClassVar[bool] = True
+
+    @property
+    def rollouts_per_goal(self) -> int:
+        """Trajectories sampled per goal in a training batch (1 unless the objective compares a goal's rollouts)."""
+        return 1
+
+    @abstractmethod
+    def loss(self, batch: PackedBatch) -> tuple[Tensor, dict[str, Tensor]]:
+        """``(loss 0-d float32 with gradients into batch.logp, stats {name: detached 0-d float32})``."""
 
 
 def k3_kl(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:

@@ -7,33 +7,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from ..checks import masked, require_batch_vector, require_ndim, require_positive_finite, require_same_shape
 from .base import Objective, PackedBatch
-
-
-@dataclass
-class GRPOSettings:
-    """GRPO settings.
-
-    Args:
-        group_size: rollouts per goal (G).
-        clip_eps: PPO clip range ε.
-        beta_kl: weight of the k3 KL to π_ref (0 = none).
-        scale_advantages: divide by the group std (False: only subtract the group mean, "Dr. GRPO").
-    """
-
-    group_size: int = 4
-    clip_eps: float = 0.2
-    beta_kl: float = 0.0
-    scale_advantages: bool = True
-
-    def __post_init__(self) -> None:
-        if self.group_size < 2:
-            raise ValueError(f"GRPO needs at least 2 rollouts per goal to compare them, got group_size={self.group_size}")
 
 
 def grpo_advantages(
@@ -199,14 +179,49 @@ def grpo_loss(
     return loss, stats
 
 
-def _loss(batch: PackedBatch, settings: GRPOSettings) -> tuple[Tensor, dict[str, Tensor]]:
-    advantages = grpo_advantages(batch.reward, batch.group, scale=settings.scale_advantages)
-    loss, stats = grpo_loss(batch.logp, batch.old_logp, batch.ref_logp, batch.mask, advantages, settings.clip_eps,
-                            settings.beta_kl)
-    stats["advantage_mean"] = advantages.mean()
-    stats["advantage_std"] = advantages.std(correction=0)
-    return loss, stats
+@dataclass(frozen=True)
+class GRPO(Objective):
+    """GRPO (Shao et al. 2024, DeepSeekMath): rollouts compared within each goal's group; needs no V*.
 
+    ``group_size`` rollouts per goal, advantages normalised within each goal's group (:func:`grpo_advantages`), the
+    clipped ratio and an optional k3 KL to π_ref (:func:`grpo_loss`).
 
-OBJECTIVE = Objective(name="grpo", settings=GRPOSettings, needs_v_star=False, loss=_loss,
-                      rollouts_per_goal=lambda settings: settings.group_size)
+    Args:
+        group_size: rollouts per goal G, >= 2 (a goal's rollouts are compared with each other).
+        clip_eps: PPO clip range ε, a finite number > 0.
+        beta_kl: weight of the k3 KL to π_ref (DeepSeekMath Eq. (4); the paper uses 0.04); 0 = none.
+        scale_advantages: divide by the group std (True, the paper's form); False only subtracts the group mean,
+            Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective").
+
+    Raises:
+        ValueError: ``group_size`` < 2, ``clip_eps`` not > 0 or ``beta_kl`` < 0.
+    """
+
+    name: ClassVar[str] = "grpo"
+    needs_v_star: ClassVar[bool] = False
+    group_size: int = 4
+    clip_eps: float = 0.2
+    beta_kl: float = 0.0
+    scale_advantages: bool = True
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 (GRPO compares the rollouts of a goal), got {self.group_size}")
+        require_positive_finite("clip_eps", self.clip_eps)
+        if not (math.isfinite(self.beta_kl) and self.beta_kl >= 0.0):
+            raise ValueError(f"beta_kl must be a finite number >= 0, got {self.beta_kl!r}")
+
+    @property
+    def rollouts_per_goal(self) -> int:
+        """``group_size``."""
+        return self.group_size
+
+    def loss(self, batch: PackedBatch) -> tuple[Tensor, dict[str, Tensor]]:
+        """:func:`grpo_loss` with the group advantages of the batch's rewards (groups: ``batch.group``); ``stats``
+        adds ``advantage_mean`` and ``advantage_std``."""
+        advantages = grpo_advantages(batch.reward, batch.group, scale=self.scale_advantages)
+        loss, stats = grpo_loss(batch.logp, batch.old_logp, batch.ref_logp, batch.mask, advantages, self.clip_eps,
+                                self.beta_kl)
+        stats["advantage_mean"] = advantages.mean()
+        stats["advantage_std"] = advantages.std(correction=0)
+        return loss, stats

@@ -13,27 +13,13 @@ project trained it with the gradient norm clipped at 0.5 (``configs/objective/kl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from ..checks import masked, require_batch_vector, require_ndim, require_positive_finite, require_same_shape
 from .base import Objective, PackedBatch, k3_kl
-
-
-@dataclass
-class KLPGSettings:
-    """KL-anchored policy gradient settings.
-
-    Args:
-        beta: β, the weight of the sequence log-ratio log(π_ref/π) inside the advantage (the KL-regularised reward).
-        kl_coef: λ, the weight of the per-token KL penalty in the loss.
-        clip: c, advantages are clamped to [−c, c].
-    """
-
-    beta: float = 0.05
-    kl_coef: float = 0.01
-    clip: float = 5.0
 
 
 def kl_pg_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, reward: Tensor, v_star: Tensor, beta: float,
@@ -83,10 +69,34 @@ def kl_pg_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, reward: Tensor, v_s
     return loss, stats
 
 
-def _loss(batch: PackedBatch, settings: KLPGSettings) -> tuple[Tensor, dict[str, Tensor]]:
-    return kl_pg_loss(batch.logp, batch.ref_logp, batch.mask, batch.reward, batch.v_star, settings.beta,
-                      settings.kl_coef, settings.clip)
+@dataclass(frozen=True)
+class KLPG(Objective):
+    """The seed project's KL-anchored policy gradient, with the A*-PO V* as baseline.
 
+    The objective of the minimal-PyTorch RAGEN + A*PO seed project (module docstring, :func:`kl_pg_loss`).
 
-OBJECTIVE = Objective(name="kl_pg", settings=KLPGSettings, needs_v_star=True, loss=_loss,
-                      rollouts_per_goal=lambda settings: 1)
+    Args:
+        beta: β >= 0, the weight of the sequence log-ratio log(π_ref/π) inside the advantage (the KL-regularised
+            reward).
+        kl_coef: λ >= 0, the weight of the per-token KL penalty in the loss.
+        clip: c > 0, advantages are clamped to [−c, c].
+
+    Raises:
+        ValueError: ``beta`` or ``kl_coef`` < 0, or ``clip`` not a finite number > 0.
+    """
+
+    name: ClassVar[str] = "kl_pg"
+    beta: float = 0.05
+    kl_coef: float = 0.01
+    clip: float = 5.0
+
+    def __post_init__(self) -> None:
+        for setting in ("beta", "kl_coef"):
+            if getattr(self, setting) < 0:
+                raise ValueError(f"{setting} must be >= 0, got {getattr(self, setting)}")
+        require_positive_finite("clip", self.clip)
+
+    def loss(self, batch: PackedBatch) -> tuple[Tensor, dict[str, Tensor]]:
+        """:func:`kl_pg_loss` on the batch."""
+        return kl_pg_loss(batch.logp, batch.ref_logp, batch.mask, batch.reward, batch.v_star, self.beta,
+                          self.kl_coef, self.clip)
