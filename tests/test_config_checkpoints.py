@@ -2,12 +2,11 @@
 
 Lightning (2.6) writes ``last.ckpt`` of a ``ModelCheckpoint`` with a ``monitor`` at a validation only when that
 callback also saved a top-k checkpoint, so with ``save_top_k: 1`` saving at validations ``last.ckpt`` is the best step
-so far, not the last one: a quick start whose validation score fell at its last validation tested (and would resume
-from) an earlier step. Such a config keeps a second, unmonitored ``ModelCheckpoint`` for ``last.ckpt``. (A monitored
-callback that saves every N training steps writes ``last.ckpt`` at each of them, so those configs are right as they
-are.) This test trains a tiny module under
-each config's checkpoint callbacks with a monitored metric that gets worse at every validation and checks that
-``last.ckpt`` holds the final step.
+so far, not the last one, and ``--ckpt_path last`` would test (and resume from) an earlier step whenever the score
+fell. Such a config keeps a second, unmonitored ``ModelCheckpoint`` for ``last.ckpt``. (A monitored callback that saves
+every N training steps writes ``last.ckpt`` at each of them, so those configs are right as they are.) This test trains
+a tiny module under each config's checkpoint callbacks with a monitored metric that gets worse at every validation and
+checks that ``last.ckpt`` holds the final step.
 """
 
 import math

@@ -455,8 +455,8 @@ def settings_help(parser, config, command: str) -> str:
     defaults = parser.get_defaults()
     lines = [f"usage: {command} --config CONFIG [--config OVERLAY ...] [--KEY VALUE ...]"]
     if config is None:
-        lines += ["", f"A config chooses the model and the data; {command} --config CONFIG --help lists its settings, one "
-                  "line each, with their values:", f"  {command} --config configs/quickstart.yaml --help", "",
+        lines += ["", f"A config chooses the model and the data; {command} --config CONFIG --help lists its settings, "
+                  "one line each, with their values:", f"  {command} --config configs/quickstart.yaml --help", "",
                   "Configs (an overlay goes after the config it changes):"]
         configs = _config_files()
         column = max((len(path) for path, _ in configs), default=0)
@@ -494,12 +494,13 @@ def explain_parse_error(message: str, options=()) -> str:
     message = re.sub(r"^Call to compute_fn of link '.*?' with args \(.*?\) failed: ", "", message, flags=re.S)
     key = ".".join(re.findall(r'Parser key "([^"]+)"', message))
     found = re.search(r"Expected an? (?P<type>.+?)\. Got value: (?P<value>.*)", message)
-    rejected = re.search(r"given class_path '(?P<cls>[\w.]+)':\s*(?:Option|Key) '(?P<name>[^']+)' is not (?:accepted|expected)",
-                         message)
+    rejected = re.search(r"given class_path '(?P<cls>[\w.]+)':\s*(?:Option|Key) '(?P<name>[^']+)' is not "
+                         r"(?:accepted|expected)", message)
     unknown = re.match(r"unrecognized arguments: (--[^\s=]+)", message)
     if found:
         choices = re.fullmatch(r"typing\.Literal\[(.*)\]", found["type"])
-        expected = f"one of {choices[1]}" if choices else re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", found["type"])
+        expected = (f"one of {choices[1]}" if choices else
+                    re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", found["type"]))
         return f"{key + ': ' if key else ''}expected {expected}, got {found['value'].strip()}"
     if rejected:
         setting = f"{key}.{rejected['name']}" if key else rejected["name"]
@@ -507,7 +508,8 @@ def explain_parse_error(message: str, options=()) -> str:
         return f"{setting}: not a setting of {rejected['cls'].rsplit('.', 1)[-1]}{_did_you_mean(setting, settings)}"
     if unknown:
         return message.splitlines()[0] + _did_you_mean(unknown[1], [o for o in options if o.startswith("--")])
-    boilerplate = ("Does not validate against", "Subtypes:", "Errors:", "Given value", "- Expected a <class 'NoneType'>")
+    boilerplate = ("Does not validate against", "Subtypes:", "Errors:", "Given value",
+                   "- Expected a <class 'NoneType'>")
     kept = [re.sub(r'Parser key "[^"]+":\s*', "", line.strip()).removeprefix("- ") for line in message.splitlines()
             if not line.strip().startswith(boilerplate)]
     rest = " ".join(line for line in kept if line)
