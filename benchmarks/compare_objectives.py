@@ -2,7 +2,8 @@
 then its final policy and the reference play the same test goals greedily, compared paired.
 
     python benchmarks/compare_objectives.py --minutes 45                 # real 1k data, CPU reference, 2 processes
-    python benchmarks/compare_objectives.py --minutes 5 --objectives apo grpo --base configs/quickstart.yaml --overlay ""
+    python benchmarks/compare_objectives.py --minutes 5 --objectives apo grpo --base configs/quickstart.yaml \
+        --overlay ""
 
 For every objective of ``configs/objective/`` (A*-PO, GRPO with G = 4, the KL-anchored policy gradient, the
 advantage-weighted SFT) it runs ``cli.py fit`` on the base config and overlay with that objective's overlay, no

@@ -8,7 +8,7 @@ collated batch goes through the two ways of computing the generated tokens' log 
 forward (no grad) plus a policy forward and backward, ``--repeats`` times (best time kept):
 
 - baseline, ``generated_logprobs(..., per_segment=False)``: the decoder over the whole right-padded ``(S, T)``
-  batch (how it ran before per-segment passes);
+  batch;
 - ``generated_logprobs`` (default ``per_segment=True``): each segment cut to its own length, no compute on padding.
 
 Prints the batch shape and padding share, both timings, the speed-up (baseline / per-segment) and the largest

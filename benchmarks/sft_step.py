@@ -6,17 +6,17 @@
 The turn drills (``baselines/drills.py``) and the SFT module (``lit/sft_module.py``) learn only the reply tokens, a few
 percent of each sequence. Each batch below is timed (forward + backward, wall seconds) both ways on the same model:
 
-- baseline, ``apo.losses.sft_loss`` on ``model(input_ids, attention_mask).logits``: the output head and the
-  log-softmax over every position of the padded ``(B, T)`` batch, with the padding mask (how both ran before);
-- ``agent.logprobs.generated_nll``: the decoder one sequence at a time, cut to its length, and the head only where a
-  reply token is predicted (how both run now).
+- baseline, ``apo.logprobs.sft_loss`` on ``model(input_ids, attention_mask).logits``: the output head and the
+  log-softmax over every position of the padded ``(B, T)`` batch, with the padding mask;
+- ``apo.logprobs.generated_nll`` (what the SFT module trains with): the decoder one sequence at a time, cut to its
+  length, and the head only where a reply token is predicted.
 
 Two workloads, as configured in ``configs/sft_tiny_cpu.yaml``: ``--drill-batch`` (32) turn drills from the real
 training goals, and ``--demo-batch`` (8) oracle demonstrations on synthetic goals, grouped by length as the SFT
 sampler groups them. The model is the tiny policy's architecture (``TinyPolicySpec``) freshly initialised, without
 drills (the timings do not depend on the weights), unless ``--model`` names a policy directory. Prints each
-workload's batch shapes, both mean step times, the speed-up (baseline / new) and the largest loss difference (they
-compute the same loss), then one JSON object with every number.
+workload's batch shapes, both mean step times, the speed-up (baseline / generated positions only) and the largest
+loss difference (they compute the same loss), then one JSON object with every number.
 """
 
 from __future__ import annotations
@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> dict:
     drill_batches = [pad_batch([drills.draw(rng) for _ in range(args.drill_batch)], tokenizer.pad_token_id)
                      for _ in range(args.batches + 1)]
     synthetic = WebShop.load(args.data_dir, goals="synthetic", seed=args.seed)
-    demo_batches = demonstration_batches(synthetic, chat, model, tokenizer, args.batches + 1, args.demo_batch, args.seed)
+    demo_batches = demonstration_batches(synthetic, chat, model, tokenizer, args.batches + 1, args.demo_batch,
+                                         args.seed)
 
     result = {"model": str(args.model or "fresh tiny policy"), "threads": args.threads,
               "turn_drills": compare(f"turn drills ({args.drill_batch} per batch)", model, drill_batches),

@@ -1,4 +1,5 @@
-"""A*-PO training throughput: trajectories per second (rollout + loss + update), old settings against new, one run.
+"""A*-PO training throughput: trajectories per second (rollout + loss + update) of several prompt and rollout
+settings against a baseline setting (``old``), in one run.
 
     python benchmarks/training_throughput.py                           # quick start: models/quickstart-ref
     python benchmarks/training_throughput.py --setting real --steps 12 # real 1k data: configs/webshop_1k_cpu.yaml
@@ -13,14 +14,16 @@ them), and the ratio of each setting's trajectories per second to the first sett
 
 Settings (``SETTINGS``), each a list of ``cli.py`` overrides:
 
-- ``old``: every page in full (``repeat_pages: full``), the whole history, one left-padded prefill per turn: how
-  the loop ran when the issue measured 0.65 trajectories/s;
-- ``short_pages``: a page identical to the previous turn's shown as one line (the default since);
+- ``old`` (the baseline): every page in full (``repeat_pages: full``), the whole history, one left-padded prefill
+  per turn;
+- ``short_pages``: a page identical to the previous turn's shown as one line (the defaults:
+  ``repeat_pages: short``, ``rollout.prefill: batched``);
 - ``new``: ``short_pages`` plus each episode prefilled on its own (``rollout.prefill: per_row``, no compute on
   padding) and a history window of the last 2 turns (verl-agent's);
 - ``bf16_mixed``: ``short_pages`` (the defaults) under ``--trainer.precision=bf16-mixed``: bfloat16 autocast on
-  the CPU around the rollouts and the loss's passes (float32 weights and optimizer); faster only on a CPU with
-  bfloat16 instructions (1.21x with ``avx512_bf16``; 0.19x on an AVX2-only CPU, where torch emulates bfloat16);
+  the CPU around the rollouts and the loss's passes (float32 weights and optimizer); on a CPU without bfloat16
+  instructions (no ``avx512_bf16`` or AMX) torch emulates bfloat16 (docs/experiments.md, "bfloat16 autocast on the
+  CPU", has the figures);
 
 Prints one line per setting, the table, and last one JSON object with every number.
 """

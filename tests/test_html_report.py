@@ -12,6 +12,7 @@ from collections import Counter
 from html.parser import HTMLParser
 
 import pytest
+from conftest import skip_unless_required
 
 from apo_lightning.eval.html_report import write_html_report
 
@@ -280,7 +281,7 @@ def find_browser():
 def test_opens_in_headless_chromium_without_console_messages(results_dir, tmp_path):
     browser = find_browser()
     if browser is None:
-        pytest.skip("no headless browser installed (looked for chromium, chromium-browser, google-chrome); "
+        skip_unless_required("no headless browser installed (looked for chromium, chromium-browser, google-chrome); "
                     "install one, e.g. `apt-get install -y chromium`, to run this test")
     report = write_html_report(results_dir)
     command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

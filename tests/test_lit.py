@@ -24,6 +24,7 @@ from apo_lightning.apo.vstar import VStarTable
 from apo_lightning.eval.training_logs import read_scalars
 from apo_lightning.lit.cli import build_cli
 from apo_lightning.lit.rl_data import WebShopRLDataModule
+from apo_lightning.lit.settings import SettingError
 from apo_lightning.utils.hashing import hash_parameters
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,8 +123,8 @@ def test_every_config_parses_and_instantiates(config):
 
 
 def test_bf16_on_a_cpu_without_bfloat16_instructions_warns(monkeypatch, caplog):
-    """``--trainer.precision=bf16-mixed`` on a CPU that emulates bfloat16 (5× slower, docs "Twenty-third session")
-    names the problem and the fix at parse time; float32, or a CPU with the instructions, stays silent."""
+    """``--trainer.precision=bf16-mixed`` on a CPU that emulates bfloat16 (docs/experiments.md, "bfloat16 autocast on
+    the CPU") names the problem and the fix at parse time; float32, or a CPU with the instructions, stays silent."""
     quickstart = str(REPO / "configs" / "quickstart.yaml")
     extra = ["--trainer.devices=1", "--trainer.strategy=auto"]
     for native, precision, warns in [(False, "bf16-mixed", True), (True, "bf16-mixed", False),
@@ -137,23 +138,25 @@ def test_bf16_on_a_cpu_without_bfloat16_instructions_warns(monkeypatch, caplog):
 
 
 def test_the_two_hour_overlay_is_the_measured_run():
-    """configs/webshop_1k_2h.yaml composes to the overrides of the run it records (docs/experiments.md, "Twelfth
-    session"): a changed setting there would no longer reproduce the result in its header."""
+    """configs/webshop_1k_2h.yaml composes to the settings of the two-hour A*-PO run (docs/experiments.md, "A*-PO for
+    the full two hours"): valid clicks, the success reward, stage-1 reuse and β1, the goals, the learning rate, the
+    reference and the time budget."""
     composed = parse(*base_of(REPO / "configs" / "webshop_1k_2h.yaml"),
                      extra=["--trainer.devices=1", "--trainer.strategy=auto"])
     data, model, trainer = composed.datamodule, composed.model, composed.trainer
     assert (data.rollout.valid_clicks, data.chat.reward) == (True, "success")
     assert (data.vstar.beta1, data.vstar.reuse, data.vstar.num_samples, data.vstar.temperature) == (100.0, 8, 4, 0.5)
     assert (data.train_goals, data.steps_per_epoch, data.val_goals, data.rollout.temperature) == (1024, 25, 200, 0.5)
-    assert data.vstar.goal_filter == "all"  # "nonzero" measured +2.4 against +4.4 (docs, "Thirteenth session")
+    assert data.vstar.goal_filter == "all"  # every training goal, not only those with a successful stage-1 sample
     assert model.hparams.learning_rate == 1e-4 and model.hparams.model_name_or_path == "models/webshop-1k-ref"
     timer = next(c for c in trainer.callbacks if isinstance(c, Timer))
     assert trainer.max_steps == 1000 and timer.time_remaining("train") == 102 * 60  # stage 2's 1 h 42 min
 
 
 def test_the_stage0_overlay_is_the_measured_sft_pass():
-    """configs/sft_webshop_1k_stage0.yaml composes to the command-line overrides of the SFT pass it records (docs,
-    "Twenty-second session": +3.6 points), so the file reproduces that run."""
+    """configs/sft_webshop_1k_stage0.yaml on configs/sft_tiny_cpu.yaml composes to the same module and data settings
+    as configs/sft_tiny_cpu.yaml with the stage-0 pass's command-line overrides (from models/webshop-1k-ref, no new
+    tiny policy, no drills, one demonstration epoch at learning rate 5e-4, exported to data/models/webshop-1k-more)."""
     sft = str(REPO / "configs" / "sft_tiny_cpu.yaml")
     extra = ["--trainer.devices=1", "--trainer.strategy=auto"]
     overlay = parse(*base_of(REPO / "configs" / "sft_webshop_1k_stage0.yaml"), extra=extra)
@@ -393,24 +396,25 @@ def test_resume_from_any_checkpoint_continues_exactly(workdir, tmp_path, zero_v_
 
 def test_resuming_under_another_objective_reference_or_lora_is_refused_by_name(workdir):
     """``fit --ckpt_path last`` refuses a checkpoint trained with another objective (class or settings), another
-    reference's weights or other LoRA settings, naming the difference; the same weights at another path resume, and
-    ``test`` evaluates the checkpoint under any objective."""
+    reference's weights or other LoRA settings, naming the difference (``python cli.py``: one line, exit status 2);
+    the same weights at another path resume, and ``test`` evaluates the checkpoint under any objective."""
     from safetensors.torch import load_file, save_file
 
     run = ["fit", "--config", SMOKE, *QUIET, "--trainer.logger=false", "--run_name=refuse"]
     main([*run, "--trainer.max_steps=1"])
     resume = [*run, "--trainer.max_steps=2", "--ckpt_path=last"]
     last = (workdir / "checkpoints/refuse/last.ckpt").resolve()
-    with pytest.raises(ValueError) as refused:
-        main([*resume, "--model.objective=GRPO"])
-    assert str(refused.value) == (
-        f"checkpoint {last} was trained with objective APO(beta2=0.01, entropy_coef=0.0); this run asks for objective "
-        "GRPO(group_size=4, clip_eps=0.2, beta_kl=0.0, scale_advantages=True): resume it with the same objective or "
-        "start afresh with another run_name")
-    with pytest.raises(ValueError, match=r"with objective APO\(beta2=0.01, .* asks for objective APO\(beta2=0.02"):
-        main([*resume, "--model.objective.beta2=0.02"])
-    with pytest.raises(ValueError, match=r"with lora LoraSettings\(rank=0, .* asks for lora LoraSettings\(rank=2,"):
-        main([*resume, "--model.lora.rank=2"])
+    refused = subprocess.run([sys.executable, str(REPO / "cli.py"), *resume, "--model.objective=GRPO"], cwd=workdir,
+                             capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    assert [line for line in refused.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: checkpoint {last} was trained with objective APO(beta2=0.01, entropy_coef=0.0); this run asks for "
+        "objective GRPO(group_size=4, clip_eps=0.2, beta_kl=0.0, scale_advantages=True): resume it with the same "
+        "objective or start afresh with another run_name"]
+    with pytest.raises(SettingError, match=r"with objective APO\(beta2=0.01, .* asks for objective APO\(beta2=0.02"):
+        build_cli([*resume, "--model.objective.beta2=0.02"])
+    with pytest.raises(SettingError, match=r"with lora LoraSettings\(rank=0, .* asks for lora LoraSettings\(rank=2,"):
+        build_cli([*resume, "--model.lora.rank=2"])
     shutil.copytree("data/models/tiny-smoke", "data/models/tiny-smoke-copy")
     changed = Path("data/models/tiny-smoke-other")
     shutil.copytree("data/models/tiny-smoke", changed)
@@ -418,10 +422,11 @@ def test_resuming_under_another_objective_reference_or_lora_is_refused_by_name(w
     name = sorted(weights)[0]
     weights[name] = weights[name] + 0.01
     save_file(weights, changed / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ValueError, match=r"with reference data/models/tiny-smoke \(float32 weights, sha256 [0-9a-f]{16}"
-                                         r"\); this run asks for reference data/models/tiny-smoke-other \(float32 "
-                                         r"weights, sha256 [0-9a-f]{16}\): resume it with the same reference or"):
-        main([*resume, f"--model.model_name_or_path={changed}"])
+    with pytest.raises(SettingError, match=r"with reference data/models/tiny-smoke \(float32 weights, sha256 "
+                                           r"[0-9a-f]{16}\); this run asks for reference data/models/tiny-smoke-other "
+                                           r"\(float32 weights, sha256 [0-9a-f]{16}\): resume it with the same "
+                                           r"reference or"):
+        build_cli([*resume, f"--model.model_name_or_path={changed}"])
     cli = main([*resume, "--model.model_name_or_path=data/models/tiny-smoke-copy"])  # the same weights elsewhere
     assert cli.trainer.global_step == 2
     main(["test", "--config", SMOKE, *QUIET, "--trainer.logger=false", "--run_name=refuse", "--ckpt_path=last",
@@ -772,10 +777,9 @@ def test_sft_trains_drills_then_demonstrations_through_the_trainer_and_exports(w
     from lightning.pytorch.loggers import CSVLogger
 
     sft = ["fit", "--config", SFT_CONFIG, *QUIET, *SFT_SMOKE, "--trainer.enable_checkpointing=false",
-           "--model.export_dir=data/models/sft-smoke", "--data.drills.steps=12", "--data.drills.checks_per_kind=1", "--trainer.val_check_interval=1.0",
-           "--data.drills.swap_values=0.5",
-           "--data.eval_goals=2", "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
-           "--trainer.logger.save_dir=logs"]
+           "--model.export_dir=data/models/sft-smoke", "--data.drills.steps=12", "--data.drills.checks_per_kind=1",
+           "--trainer.val_check_interval=1.0", "--data.drills.swap_values=0.5", "--data.eval_goals=2",
+           "--trainer.logger=lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir=logs"]
     cli = main(sft)
     data = cli.datamodule
     assert cli.model.hparams.constant_steps == 12  # linked from the drills

@@ -9,6 +9,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingfac
 
 import pytest
 import torch
+from conftest import skip_unless_required
 from transformers import AutoTokenizer
 
 from apo_lightning.models import gguf
@@ -317,7 +318,7 @@ def test_smollm2_conversion_reload_and_generation(tmp_path):
     try:
         smollm2_gguf_path()
     except FileNotFoundError as error:
-        pytest.skip(str(error))
+        skip_unless_required(str(error))
     cache = tmp_path / "smollm2"
     model, tok = load_policy("smollm2-135m-instruct", cache_dir=str(cache))
     assert (cache / "model.safetensors").is_file() and not (cache / "config.json").read_text().count("quantization")

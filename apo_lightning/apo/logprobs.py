@@ -189,22 +189,17 @@ def generated_logprobs(model, input_ids: Tensor, attention_mask: Tensor, gen_mas
     return logp, torch.zeros_like(out).index_put((rows, cols + 1), entropy)
 
 
-def generated_nll(model, input_ids: Tensor, attention_mask: Tensor, gen_mask: Tensor,
-                  label_smoothing: float = 0.0) -> Tensor:
+def generated_nll(model, input_ids: Tensor, attention_mask: Tensor, gen_mask: Tensor) -> Tensor:
     """The SFT loss, mean cross-entropy on the generated tokens, through :func:`generated_logits`.
 
     Equal to ``sft_loss(model(input_ids, attention_mask).logits, input_ids, gen_mask)`` (tested), at a fraction of
-    its cost: ``benchmarks/sft_step.py`` measures both on turn drills and demonstrations. With ``label_smoothing``
-    ε the target is (1 − ε) on the token and ε spread uniformly over the vocabulary (Szegedy et al. 2016, §7), as
-    ``torch.nn.functional.cross_entropy(..., label_smoothing=ε)``: the policy keeps some probability off its
-    demonstrated action, so it samples alternatives.
+    its cost: ``benchmarks/sft_step.py`` measures both on turn drills and demonstrations.
 
     Args:
         model: a causal LM (``transformers`` or a PEFT wrapper of one).
         input_ids: (B, T) int64.
         attention_mask: (B, T) 0/1.
         gen_mask: (B, T), non-zero on the tokens to learn (model replies); ``gen_mask[:, 0]`` is ignored.
-        label_smoothing: ε in [0, 1).
 
     Returns:
         0-d float32 tensor, nats per generated token; differentiable.
@@ -215,10 +210,11 @@ def generated_nll(model, input_ids: Tensor, attention_mask: Tensor, gen_mask: Te
     if not bool((gen_mask[:, 1:] != 0).any()):
         raise ValueError("generated_nll: no generated target token in the batch (gen_mask[:, 1:] is all zero)")
     rows, cols, logits = generated_logits(model, input_ids, attention_mask, gen_mask)
-    return F.cross_entropy(logits, input_ids[rows, cols + 1], label_smoothing=label_smoothing)
+    return F.cross_entropy(logits, input_ids[rows, cols + 1])
 
 
-def pack_generated(values: Tensor, gen_mask: Tensor, traj_index: Tensor, num_trajectories: int) -> tuple[Tensor, Tensor]:
+def pack_generated(values: Tensor, gen_mask: Tensor, traj_index: Tensor,
+                   num_trajectories: int) -> tuple[Tensor, Tensor]:
     """Gather the generated-token values of every trajectory's segments into one row per trajectory.
 
     Only generated tokens enter the losses, so a trajectory split over several segments (history window, context

@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> dict:
     sub = parser.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("evaluate", help="evaluate a policy on a split")
     ev.add_argument("--model", required=True,
-                    help=f"model directory, hub id, 'smollm2-135m-instruct', or a scripted policy: {', '.join(SCRIPTED)}")
+                    help="model directory, hub id, 'smollm2-135m-instruct', or a scripted policy: "
+                         f"{', '.join(SCRIPTED)}")
     ev.add_argument("--gguf-file", default=None)
     ev.add_argument("--data-dir", default=None,
                     help="WebShop data folder, or 'synthetic' (default: $APO_WEBSHOP_DATA, else data/webshop_1k if "

@@ -43,7 +43,8 @@ def load_episodes(path: str | Path, method: str | None = None, split: str | None
     if len(pairs) != 1:
         found = sorted({(r["method"], r["split"]) for r in records})
         raise ValueError(f"{file}: {'no' if not pairs else 'several'} (method, split) pairs match "
-                         f"method={method!r}, split={split!r}; the file holds {found}: choose one with --method/--split")
+                         f"method={method!r}, split={split!r}; the file holds {found}: choose one with "
+                         "--method/--split")
     chosen = pairs[0]
     episodes: dict[int, dict] = {}
     for r in records:

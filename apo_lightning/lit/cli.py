@@ -42,7 +42,7 @@ from transformers.utils import logging as transformers_logging
 
 from ..apo.objectives import Objective
 from .manifest import write_manifest
-from .settings import check_policy
+from .settings import SettingError, check_policy
 
 DEFAULT_LOGGER_NAME = "lightning_logs"
 
@@ -264,11 +264,6 @@ def name_outputs(config, run_name: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ refused settings
-class SettingError(ValueError):
-    """A setting the command line or one of its classes refused, named as a config key (``data.batch_size must be
-    >= 1, got 0``); ``main`` prints it as one line."""
-
-
 def qualified(message: str, config) -> str:
     """``message`` with ``model.`` or ``data.`` put before the setting it leads with, when that is a setting of the
     config's model or data class (a key relative to the class, as the classes word their errors); the model first,
@@ -565,9 +560,11 @@ def build_cli(args: list[str] | None = None, run: bool = True) -> APOLightningCL
 
 
 def main(args: list[str] | None = None) -> APOLightningCLI:
-    """Run the command line (``args``: instead of ``sys.argv[1:]``). A refused setting (``SettingError``) is printed
-    as one line, ``error: data.batch_size must be >= 1, got 0``, and exits with status 2; ``build_cli`` raises it
-    instead, with the class's exception and its traceback as ``__cause__``."""
+    """Run the command line (``args``: instead of ``sys.argv[1:]``). A refused setting (``SettingError``), whether
+    raised while the classes are built or during the run (a checkpoint trained under another setup:
+    ``WebShopRLModule.on_load_checkpoint``), is printed as one line, ``error: data.batch_size must be >= 1, got 0``,
+    and exits with status 2; any other exception keeps its traceback. ``build_cli`` raises the ``SettingError``
+    instead, with the class's exception and its traceback as ``__cause__`` where it wraps one."""
     try:
         return build_cli(args)
     except SettingError as error:

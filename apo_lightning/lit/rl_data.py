@@ -42,8 +42,9 @@ class WebShopRLDataModule(WebShopDataModule):
         chat: the prompt format.
         model_name_or_path: π_ref, the frozen reference policy (stage 1 samples it), which is also where the
             policy starts (linked from the module's ``model_name_or_path``).
-        tiny: build a fresh tiny policy into ``model_name_or_path`` if it is missing (smoke tests only; a real run
-            starts from an SFT-warm-started reference).
+        tiny: build a fresh (untrained) tiny policy into ``model_name_or_path`` if it is missing, which must then be
+            a new folder under ``data/models/`` (``settings.check_policy``: any other missing path is an error).
+            For smoke tests; a real run starts from an SFT-warm-started reference.
         seed: the run seed (linked from ``seed_everything``): goal order, rollout sampling and stage-1 sampling
             derive theirs from it, per rank and purpose. Separate from the catalog seed ``env.seed``.
         needs_v_star: whether stage 1 runs and the training batches carry each row's V* (linked from the module's

@@ -44,6 +44,7 @@ from ..eval.report import write_results
 from ..models.loading import load_policy
 from ..rollout.trajectory import Trajectory
 from ..utils.hashing import hash_state_dict
+from .settings import SettingError
 
 log = logging.getLogger(__name__)
 DType = Literal["float32", "bfloat16", "float16"]
@@ -301,7 +302,7 @@ class WebShopRLModule(LightningModule):
         """Restore the count of skipped steps; in ``fit``, refuse a checkpoint trained under another setup.
 
         Raises:
-            ValueError: resuming (``fit``) a checkpoint whose objective, reference weights or LoRA settings differ
+            SettingError: resuming (``fit``) a checkpoint whose objective, reference weights or LoRA settings differ
                 from this run's; the message names each difference. The reference's path alone may differ (the same
                 weights elsewhere). Evaluation (``validate``/``test``) loads the weights under any setup.
         """
@@ -314,5 +315,5 @@ class WebShopRLModule(LightningModule):
         if differ:
             was = " and ".join(f"{what} {saved.get(what)}" for what in differ)
             now = " and ".join(f"{what} {current[what]}" for what in differ)
-            raise ValueError(f"checkpoint {self.trainer.ckpt_path} was trained with {was}; this run asks for {now}: "
+            raise SettingError(f"checkpoint {self.trainer.ckpt_path} was trained with {was}; this run asks for {now}: "
                              f"resume it with the same {' and '.join(differ)} or start afresh with another run_name")

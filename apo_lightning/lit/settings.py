@@ -1,4 +1,5 @@
-"""What the Lightning data modules share: the data module base class and making sure the policy exists."""
+"""What the Lightning classes share: the data module base class, making sure the policy exists, and
+``SettingError`` (a setting refused by name, which the command line prints as one line)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
 from ..webshop import WebShop
 from ..webshop.settings import EnvConfig
+
+
+class SettingError(ValueError):
+    """A setting the command line or one of its classes refused, named as a config key (``data.batch_size must be
+    >= 1, got 0``); ``cli.main`` prints it as one line, without a traceback."""
 
 
 class WebShopDataModule(LightningDataModule):

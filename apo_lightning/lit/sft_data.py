@@ -85,7 +85,9 @@ class SFTDataModule(WebShopDataModule):
         env: WebShop data and episode settings.
         chat: the prompt format (must match the one RL uses later).
         model_name_or_path: the policy to fine-tune (its tokenizer tokenizes everything; linked from the module).
-        tiny: build the tiny default policy (untrained) into ``model_name_or_path`` when it does not exist.
+        tiny: build a fresh (untrained) tiny policy into ``model_name_or_path`` when it does not exist, which must
+            then be a new folder under ``data/models/`` (``settings.check_policy``: any other missing path is an
+            error).
         seed: the run seed (linked from ``seed_everything``): drill draws and demonstration order.
         drills: turn drills at the start of the course.
         num_demos: demonstrations from the first training goals (only successful ones are kept).

@@ -43,9 +43,10 @@ class SFTModule(LightningModule):
         ValueError: a setting out of its range.
     """
 
-    def __init__(self, model_name_or_path: str = "data/models/tiny-init", export_dir: str | None = "data/models/tiny-sft",
-                 learning_rate: float = 2e-3, weight_decay: float = 0.01, warmup_steps: int = 20,
-                 constant_steps: int = 0, dtype: DType = "float32", export_dtype: DType | None = None):
+    def __init__(self, model_name_or_path: str = "data/models/tiny-init",
+                 export_dir: str | None = "data/models/tiny-sft", learning_rate: float = 2e-3,
+                 weight_decay: float = 0.01, warmup_steps: int = 20, constant_steps: int = 0,
+                 dtype: DType = "float32", export_dtype: DType | None = None):
         super().__init__()
         if learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
@@ -92,7 +93,8 @@ class SFTModule(LightningModule):
             n = len(trajectories)
             self.val_success.update(torch.tensor([float(t.success) for t in trajectories]))
             self.val_score.update(torch.tensor([100.0 * t.score for t in trajectories]))
-            self.val_invalid.update(torch.tensor([float(turn.action is None) for t in trajectories for turn in t.turns]))
+            self.val_invalid.update(torch.tensor([float(turn.action is None) for t in trajectories
+                                                  for turn in t.turns]))
             for name, metric in (("success_rate", self.val_success), ("score", self.val_score),
                                  ("invalid_reply_rate", self.val_invalid)):
                 self.log(f"val/{name}", metric, on_epoch=True, batch_size=n, add_dataloader_idx=False,

@@ -67,8 +67,7 @@ class Trajectory:
         turns: every turn in order.
         segments: the token sequences (one with full history; none for a scripted policy).
         score: the WebShop score at Buy Now (0…1), 0 without a purchase.
-        reward: the RL reward r(x, y): score (or success, ``ChatFormat.reward``) + format_penalty × format errors
-            + invalid_action_penalty × invalid actions.
+        reward: the RL reward r(x, y): score (or success, ``ChatFormat.reward``) + format_penalty × format errors.
         success: score == 1.0.
         reward_info: the env's verbose reward info at Buy Now (None without a purchase).
         purchased: ``{"asin", "options"}`` of the purchase (None without one).

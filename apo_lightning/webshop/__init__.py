@@ -8,7 +8,9 @@
 
 Files: ``catalog`` (raw files -> processed products, prices), ``goals`` (synthetic/human goals, splits),
 ``search`` (Lucene-compatible BM25), ``pages`` (observations, clickables), ``reward``, ``shop`` (the loaded
-catalog), ``env`` (one session), ``synthetic`` (the generated default catalog), ``__main__`` (play).
+catalog), ``env`` (one session), ``settings`` (a run's WebShop settings, ``EnvConfig``), ``synthetic`` (the
+generated default catalog; its vocabulary is ``data/synthetic_vocabulary.json``), ``datadir`` (where the data is
+read from), ``download`` (fetch and verify the 1k files), ``__main__`` (play, download).
 """
 
 from .catalog import WebShopDataError

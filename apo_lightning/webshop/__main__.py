@@ -6,8 +6,8 @@
 ``download`` fetches items_shuffle_1000.json, items_ins_v2_1000.json and items_human_ins.json from public mirrors
 (add your own with ``--url``), verifies each file's size and hashes and installs it atomically; run it again to
 resume or to check. ``play`` reads the data the rule of every command finds (``--data-dir``, else
-``$APO_WEBSHOP_DATA``, else ``data/webshop_1k`` if present, else the synthetic catalog under data/synthetic/seed0). Policies (scripted or models) are evaluated with
-``python -m apo_lightning.eval evaluate``.
+``$APO_WEBSHOP_DATA``, else ``data/webshop_1k`` if present, else the synthetic catalog under data/synthetic/seed0).
+Policies (scripted or models) are evaluated with ``python -m apo_lightning.eval evaluate``.
 """
 
 from __future__ import annotations

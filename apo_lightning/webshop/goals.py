@@ -21,7 +21,8 @@ VERL_SPLITS = {"test": (0, 500), "val": (0, 500), "train": (500, None)}
 
 
 def _price_upper(price: float, rng: random.Random) -> tuple[float, str]:
-    """Draw the goal's price ceiling above ``price`` (goal.py): two of the next four PRICE_RANGE steps, keep the larger."""
+    """Draw the goal's price ceiling above ``price`` (goal.py): two of the next four PRICE_RANGE steps, keep the
+    larger."""
     price_range = [p for p in PRICE_RANGE if p > price][:4]
     if len(price_range) >= 2:
         _, price_upper = sorted(rng.sample(price_range, 2))

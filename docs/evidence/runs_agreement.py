@@ -1,8 +1,8 @@
 """Which test goals several training runs win and lose against one reference: a goal that every run wins is learned,
 one that a single run loses is that run's noise. Prints each run's paired comparison with the reference, how many
-goals are won (lost) by exactly k of the n runs, the runs' mean gain, and the majority vote of the runs compared with the
-reference like a run of its own: a goal's outcome is the one most runs reached, the reference's own outcome where the
-runs split evenly, and its score the runs' median.
+goals are won (lost) by exactly k of the n runs, the runs' mean gain, and the majority vote of the runs compared with
+the reference like a run of its own: a goal's outcome is the one most runs reached, the reference's own outcome where
+the runs split evenly, and its score the runs' median.
 
     python docs/evidence/runs_agreement.py results/webshop-1k-ref-vc results/webshop_1k_2h_s1_last \
         results/webshop_1k_2h_s2_last results/webshop_1k_2h_bf16_last results/webshop_1k_2h_anneal_last
@@ -48,7 +48,8 @@ def main() -> None:
         wins = sum(bool(e[g]["success"]) for e in runs.values())
         success = bool(reference[g]["success"]) if 2 * wins == n else 2 * wins > n
         majority[g] = dict(reference[g], success=success, score=statistics.median(e[g]["score"] for e in runs.values()))
-    print(f"\nthe majority vote of the {n} runs (an even split keeps the reference's outcome; score: the runs' median):\n")
+    print(f"\nthe majority vote of the {n} runs (an even split keeps the reference's outcome; "
+          "score: the runs' median):\n")
     print(format_comparison(ref_name, f"majority of {n} runs", compare_episodes(reference, majority)))
 
 
