@@ -78,6 +78,9 @@ def test_a_parse_error_leads_with_the_setting_the_value_and_what_is_allowed(capf
     status, printed = run_main(["fit", "--config", SMOKE, "--data.batch_sizes", "3"], capfd)
     assert status == 2 and errors(printed) == ["error: data.batch_sizes: not a setting of WebShopRLDataModule (did "
                                                "you mean data.batch_size?)"]
+    status, printed = run_main(["fit", "--config", SMOKE, "--model.objective=GRPOO"], capfd)
+    assert status == 2 and errors(printed) == ["error: model.objective: GRPOO is not a class it can import; expected "
+                                               "one of APO, AWR, GRPO, KLPG or a full class path (did you mean GRPO?)"]
 
 
 def test_explain_parse_error_drops_the_union_boilerplate():

@@ -492,6 +492,12 @@ def explain_parse_error(message: str, options=()) -> str:
     rejected = re.search(r"given class_path '(?P<cls>[\w.]+)':\s*(?:Option|Key) '(?P<name>[^']+)' is not "
                          r"(?:accepted|expected)", message)
     unknown = re.match(r"unrecognized arguments: (--[^\s=]+)", message)
+    unknown_class = re.search(r"Expected a dot import path string: (?P<value>\S+)", message)
+    if unknown_class:
+        known = sorted(c.__name__ for c in Objective.__subclasses__()) if key.endswith("objective") else []
+        allowed = f"one of {', '.join(known)} or a full class path" if known else "a full class path"
+        return (f"{key + ': ' if key else ''}{unknown_class['value']} is not a class it can import; expected "
+                f"{allowed}{_did_you_mean(unknown_class['value'], known)}")
     if found:
         choices = re.fullmatch(r"typing\.Literal\[(.*)\]", found["type"])
         expected = (f"one of {choices[1]}" if choices else
