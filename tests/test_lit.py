@@ -403,12 +403,16 @@ def test_resuming_under_another_objective_reference_or_lora_is_refused_by_name(w
     run = ["fit", "--config", SMOKE, *QUIET, "--trainer.logger=false", "--run_name=refuse"]
     main([*run, "--trainer.max_steps=1"])
     resume = [*run, "--trainer.max_steps=2", "--ckpt_path=last"]
-    last = (workdir / "checkpoints/refuse/last.ckpt").resolve()
+    def files():
+        return {p: p.read_bytes() for p in Path(workdir).rglob("*") if p.is_file()}
+
+    before = files()
     refused = subprocess.run([sys.executable, str(REPO / "cli.py"), *resume, "--model.objective=GRPO"], cwd=workdir,
                              capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    assert files() == before  # refused before anything is written: no log version, no checkpoint touched
     assert [line for line in refused.stderr.splitlines() if line.startswith("error:")] == [
-        f"error: checkpoint {last} was trained with objective APO(beta2=0.01, entropy_coef=0.0); this run asks for "
+        "error: checkpoint checkpoints/refuse/last.ckpt was trained with objective APO(beta2=0.01, entropy_coef=0.0); this run asks for "
         "objective GRPO(group_size=4, clip_eps=0.2, beta_kl=0.0, scale_advantages=True): resume it with the same "
         "objective or start afresh with another run_name"]
     with pytest.raises(SettingError, match=r"with objective APO\(beta2=0.01, .* asks for objective APO\(beta2=0.02"):

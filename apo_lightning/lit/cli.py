@@ -154,9 +154,32 @@ class APOLightningCLI(LightningCLI):
             logging.getLogger(__name__).warning(slow_bf16)
 
     def after_instantiate_classes(self) -> None:
-        """For a subcommand, on rank 0: print the paths the run writes (before any process is launched)."""
+        """For ``fit`` from a checkpoint, refuse (``SettingError``) one trained under another setup before anything
+        is written (the module's ``refuse_other_setup``); for a subcommand, on rank 0, print the paths the run
+        writes (before any process is launched)."""
+        if self.subcommand == "fit" and hasattr(self.model, "refuse_other_setup"):
+            config = self.config[self.subcommand]
+            path = resume_checkpoint(config)
+            if path is not None:
+                saved = torch.load(path, map_location="cpu", weights_only=False, mmap=True).get("training_setup")
+                with setting_errors(config):
+                    self.model.refuse_other_setup(saved, path)
         if self.subcommand is not None and rank_zero_only.rank == 0:
             rank_zero_info(describe_outputs(self.config[self.subcommand], Path(self.trainer.log_dir)))
+
+
+def resume_checkpoint(config) -> Path | None:
+    """The checkpoint file ``fit --ckpt_path`` resumes: the file itself, or for ``last`` the ``last.ckpt`` of the
+    config's ``ModelCheckpoint`` folders (the newest when several hold one); None without one."""
+    ckpt_path = config.get("ckpt_path")
+    if ckpt_path is None:
+        return None
+    if ckpt_path != "last":
+        return Path(ckpt_path) if Path(ckpt_path).is_file() else None
+    found = [Path(c.init_args.dirpath) / "last.ckpt" for c in config.trainer.callbacks or []
+             if getattr(c, "class_path", "").endswith("ModelCheckpoint") and c.init_args.get("dirpath")]
+    found = [f for f in found if f.is_file()]
+    return max(found, key=lambda f: f.stat().st_mtime) if found else None
 
 
 class SaveConfigAndManifest(SaveConfigCallback):

@@ -299,21 +299,29 @@ class WebShopRLModule(LightningModule):
         checkpoint["training_setup"] = self.training_setup()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Restore the count of skipped steps; in ``fit``, refuse a checkpoint trained under another setup.
+        """Restore the count of skipped steps; in ``fit``, refuse a checkpoint trained under another setup
+        (:meth:`refuse_other_setup`). Evaluation (``validate``/``test``) loads the weights under any setup."""
+        self.skipped_nonfinite = checkpoint.get("skipped_nonfinite", 0)
+        if self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING:
+            self.refuse_other_setup(checkpoint.get("training_setup"), self.trainer.ckpt_path)
+
+    def refuse_other_setup(self, saved: dict[str, str] | None, checkpoint_path) -> None:
+        """Check that a checkpoint's ``training_setup`` (``on_save_checkpoint``) is this run's before resuming it;
+        loads the policy first (``configure_model``) to hash π_ref. The reference's path alone may differ (the same
+        weights elsewhere); a checkpoint without the record is not checked. The CLI calls this before the Trainer
+        starts, so a refused run writes nothing.
 
         Raises:
-            SettingError: resuming (``fit``) a checkpoint whose objective, reference weights or LoRA settings differ
-                from this run's; the message names each difference. The reference's path alone may differ (the same
-                weights elsewhere). Evaluation (``validate``/``test``) loads the weights under any setup.
+            SettingError: the objective, the reference weights or the LoRA settings differ; the message names each
+                difference and ``checkpoint_path``.
         """
-        self.skipped_nonfinite = checkpoint.get("skipped_nonfinite", 0)
-        saved = checkpoint.get("training_setup")
-        if saved is None or self._trainer is None or self.trainer.state.fn != TrainerFn.FITTING:
+        if saved is None:
             return
+        self.configure_model()
         current = self.training_setup()
         differ = [what for what, key in RESUME_CHECKS.items() if saved.get(key) != current[key]]
         if differ:
             was = " and ".join(f"{what} {saved.get(what)}" for what in differ)
             now = " and ".join(f"{what} {current[what]}" for what in differ)
-            raise SettingError(f"checkpoint {self.trainer.ckpt_path} was trained with {was}; this run asks for {now}: "
-                             f"resume it with the same {' and '.join(differ)} or start afresh with another run_name")
+            raise SettingError(f"checkpoint {checkpoint_path} was trained with {was}; this run asks for {now}: "
+                               f"resume it with the same {' and '.join(differ)} or start afresh with another run_name")
