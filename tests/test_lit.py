@@ -775,6 +775,18 @@ def test_sft_resumes_its_course_exactly_from_a_mid_course_checkpoint(workdir, tm
                   ckpt_path=tmp_path / f"step={done}.ckpt")
         assert cli.trainer.global_step == 7 and resumed.batches == straight.batches[done:], done
         assert hash_parameters(cli.model.policy) == expected, done
+    # another starting model (same tokenizer, other weights) is refused by name; the same weights elsewhere resume
+    from safetensors.torch import load_file, save_file
+    other = Path("data/models/sft-smoke-other")
+    shutil.copytree("data/models/sft-smoke-init", other)
+    weights = load_file(other / "model.safetensors")
+    weights[sorted(weights)[0]] += 0.01
+    save_file(weights, other / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(SettingError, match=r"step=2.ckpt was trained with model data/models/sft-smoke-init \(float32 "
+                                           r"weights, sha256 [0-9a-f]{16}\); this run asks for model "
+                                           r"data/models/sft-smoke-other"):
+        fit(*course, f"--model.model_name_or_path={other}", "--trainer.enable_checkpointing=false",
+            config=SFT_CONFIG, ckpt_path=tmp_path / "step=2.ckpt")
 
 
 def test_sft_trains_drills_then_demonstrations_through_the_trainer_and_exports(workdir):

@@ -44,7 +44,7 @@ from ..eval.report import write_results
 from ..models.loading import load_policy
 from ..rollout.trajectory import Trajectory
 from ..utils.hashing import hash_state_dict
-from .settings import SettingError
+from .settings import refuse_other_setup
 
 log = logging.getLogger(__name__)
 DType = Literal["float32", "bfloat16", "float16"]
@@ -315,13 +315,6 @@ class WebShopRLModule(LightningModule):
             SettingError: the objective, the reference weights or the LoRA settings differ; the message names each
                 difference and ``checkpoint_path``.
         """
-        if saved is None:
-            return
-        self.configure_model()
-        current = self.training_setup()
-        differ = [what for what, key in RESUME_CHECKS.items() if saved.get(key) != current[key]]
-        if differ:
-            was = " and ".join(f"{what} {saved.get(what)}" for what in differ)
-            now = " and ".join(f"{what} {current[what]}" for what in differ)
-            raise SettingError(f"checkpoint {checkpoint_path} was trained with {was}; this run asks for {now}: "
-                               f"resume it with the same {' and '.join(differ)} or start afresh with another run_name")
+        if saved is not None:
+            self.configure_model()
+            refuse_other_setup(saved, self.training_setup(), RESUME_CHECKS, checkpoint_path)

@@ -21,6 +21,31 @@ class SettingError(ValueError):
     >= 1, got 0``); ``cli.main`` prints it as one line, without a traceback."""
 
 
+def refuse_other_setup(saved: dict[str, str] | None, current: dict[str, str], checks: dict[str, str],
+                       checkpoint_path) -> None:
+    """Refuse to resume a checkpoint trained under another setup.
+
+    Args:
+        saved: the checkpoint's ``training_setup`` record (None: an older checkpoint, not checked).
+        current: this run's record.
+        checks: what to compare: the name shown in the message -> the record's key that must be equal (a weights
+            hash, say, where the message shows the path and the hash).
+        checkpoint_path: the checkpoint, for the message.
+
+    Raises:
+        SettingError: some checked key differs; the message names each difference, what the checkpoint was trained
+            with and what this run asks for.
+    """
+    if saved is None:
+        return
+    differ = [what for what, key in checks.items() if saved.get(key) != current[key]]
+    if differ:
+        was = " and ".join(f"{what} {saved.get(what)}" for what in differ)
+        now = " and ".join(f"{what} {current[what]}" for what in differ)
+        raise SettingError(f"checkpoint {checkpoint_path} was trained with {was}; this run asks for {now}: resume it "
+                           f"with the same {' and '.join(differ)} or start afresh with another run_name")
+
+
 class WebShopDataModule(LightningDataModule):
     """What every data module of this project shares: its rank and world size, the catalog, and moving a batch dict
     to the device (trajectories and other Python objects stay as they are). Subclasses set ``self.env``."""

@@ -12,11 +12,14 @@ import logging
 import torch
 from lightning.pytorch import LightningModule
 from torchmetrics import MeanMetric
+from lightning.pytorch.trainer.states import TrainerFn
 from transformers import get_wsd_schedule
 
 from ..apo.logprobs import generated_nll
 from ..models.loading import export_policy, load_policy
+from ..utils.hashing import hash_state_dict
 from .rl_module import DType
+from .settings import refuse_other_setup
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +60,42 @@ class SFTModule(LightningModule):
         self.save_hyperparameters()
         self.policy = None
         self.tokenizer = None
+        self.model_sha256: str | None = None  # of the starting weights as loaded (configure_model), 16 hex digits
         self.val_loss = MeanMetric()
         self.val_success, self.val_score, self.val_invalid = MeanMetric(), MeanMetric(), MeanMetric()
 
     def configure_model(self) -> None:
         if self.policy is None:
             self.policy, self.tokenizer = load_policy(self.hparams.model_name_or_path, dtype=self.hparams.dtype)
+            self.model_sha256 = hash_state_dict(self.policy.state_dict())[:16]  # what a resume must start from
             self.policy.train()
+
+    def training_setup(self) -> dict[str, str]:
+        """What a checkpoint of this module must be resumed with: ``model`` (path, dtype and the first 16 hex digits
+        of ``utils.hashing.hash_state_dict`` of the starting weights, for messages) and ``model_sha256``."""
+        hp = self.hparams
+        return {"model": f"{hp.model_name_or_path} ({hp.dtype} weights, sha256 {self.model_sha256})",
+                "model_sha256": str(self.model_sha256)}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["training_setup"] = self.training_setup()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """In ``fit``, refuse a checkpoint that started from another model (:meth:`refuse_other_setup`)."""
+        if self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING:
+            self.refuse_other_setup(checkpoint.get("training_setup"), self.trainer.ckpt_path)
+
+    def refuse_other_setup(self, saved: dict[str, str] | None, checkpoint_path) -> None:
+        """Check that a checkpoint's ``training_setup`` is this run's before resuming it (loads the policy first to
+        hash it). The path alone may differ (the same weights elsewhere); a checkpoint without the record is not
+        checked. The CLI calls this before the Trainer starts, so a refused run writes nothing.
+
+        Raises:
+            SettingError: the starting model's weights differ; the message names both and ``checkpoint_path``.
+        """
+        if saved is not None:
+            self.configure_model()
+            refuse_other_setup(saved, self.training_setup(), {"model": "model_sha256"}, checkpoint_path)
 
     def rollout_policy(self):
         """``(policy, tokenizer)``: what the data module plays validation episodes with."""
