@@ -34,7 +34,8 @@ CONFIGS = sorted(p.relative_to(REPO / "configs").as_posix() for p in (REPO / "co
 
 
 def test_the_configs_with_a_best_by_metric_checkpoint_are_among_those_tested():
-    monitored = {"quickstart.yaml", "webshop_1k.yaml", "qwen2.5_0.5b_gpu.yaml", "smollm2_gpu.yaml", "sft_tiny.yaml"}
+    monitored = {"quickstart.yaml", "webshop_1k.yaml", "qwen2.5_0.5b.yaml", "smollm2.yaml", "sft_smollm2.yaml",
+                 "sft_tiny.yaml"}
     assert monitored <= set(CONFIGS)
 
 

@@ -1,4 +1,5 @@
-"""Callbacks: export the trained policy as a model directory, and a per-rank audit used by the DDP tests."""
+"""Callbacks: export the trained policy (a model directory or an adapter folder), and a per-rank audit used by the
+DDP tests."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import resource
 import time
 from pathlib import Path
+from typing import Literal
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 
@@ -14,21 +16,24 @@ from ..utils.hashing import hash_parameters
 
 
 class ExportPolicy(Callback):
-    """Save the policy (and tokenizer) as a Hugging Face model directory when ``fit`` ends (rank 0).
+    """Save the policy (and tokenizer) when ``fit`` ends (rank 0), by ``models.loading.export_policy``: a Hugging Face
+    model directory, or with LoRA the trained adapter, unmerged, as an adapter folder over the base.
 
     Args:
-        out_dir: the model directory to write (replaced atomically); None = ``data/models/<run_name>``
-            (``lit.cli``).
+        out_dir: the folder to write (replaced atomically); None = ``data/models/<run_name>`` (``lit.cli``).
+        dtype: the dtype of the exported weights (``bfloat16`` for a policy kept in the repository); None = the
+            training dtype.
     """
 
-    def __init__(self, out_dir: str | None = None):
+    def __init__(self, out_dir: str | None = None, dtype: Literal["float32", "bfloat16", "float16"] | None = None):
         self.out_dir = out_dir
+        self.dtype = dtype
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.is_global_zero:
             if self.out_dir is None:
                 raise ValueError("ExportPolicy needs out_dir (or a run_name to derive it from)")
-            export_policy(pl_module.policy, pl_module.tokenizer, self.out_dir)
+            export_policy(pl_module.policy, pl_module.tokenizer, self.out_dir, self.dtype)
 
 
 class RankAudit(Callback):

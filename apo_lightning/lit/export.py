@@ -1,10 +1,13 @@
-"""Export a training checkpoint's policy as a Hugging Face model directory.
+"""Export a training checkpoint's policy as a Hugging Face model directory, or as an adapter folder when it was
+trained with LoRA.
 
     python -m apo_lightning.lit.export checkpoints/sft_quickstart/step=300.ckpt data/models/quickstart-300 \\
         --like data/models/quickstart-init-192 [--dtype bfloat16]
 
 The checkpoint of an ``SFTModule`` or ``WebShopRLModule`` holds the policy's weights under ``policy.``; the
-architecture and tokenizer come from ``--like``, the model directory the run started from.
+architecture and tokenizer come from ``--like``, the model (directory or adapter folder) the run started from. A
+LoRA checkpoint (its LoRA settings in its hyper-parameters) is rebuilt as its run built the policy
+(``models.lora.load_for_training``) and exported as its trained adapter, unmerged, over the base.
 """
 
 from __future__ import annotations
@@ -14,23 +17,30 @@ from pathlib import Path
 
 import torch
 
-from ..models.loading import export_policy, load_policy
+from ..models.loading import export_policy
+from ..models.lora import REFERENCE_ADAPTER, LoraSettings, load_for_training
 
 
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, like: str, dtype: str | None = None) -> Path:
-    """Load ``like``, put the checkpoint's ``policy.*`` weights into it and save it to ``out_dir``.
+    """Load ``like`` and prepare it as the run did (``models.lora.load_for_training`` with the checkpoint's LoRA
+    settings), put the checkpoint's ``policy.*`` weights into it and save it to ``out_dir``
+    (``models.loading.export_policy``: with LoRA, the trained adapter as an adapter folder).
 
     Raises:
         ValueError: the checkpoint holds no policy weights, or they do not fit the architecture of ``like``
             (names the missing and unexpected keys).
     """
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
-    weights = {k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")}
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    weights = {k[len("policy."):]: v for k, v in saved["state_dict"].items() if k.startswith("policy.")}
     if not weights:
         raise ValueError(f"{checkpoint} holds no policy weights (no 'policy.*' keys)")
-    model, tokenizer = load_policy(like)
+    lora = saved.get("hyper_parameters", {}).get("lora") or LoraSettings()
+    lora = LoraSettings(**lora) if isinstance(lora, dict) else lora
+    # as the run built it: the RL module keeps an adapter folder's frozen adapter beside its trained copy
+    keep = any(f".{REFERENCE_ADAPTER}." in k for k in weights)
+    model, tokenizer, _ = load_for_training(like, lora, keep_reference=keep)
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    missing = [k for k in missing if k not in ("lm_head.weight",) or not model.config.tie_word_embeddings]
+    missing = [k for k in missing if not k.endswith("lm_head.weight") or not model.config.tie_word_embeddings]
     if missing or unexpected:
         raise ValueError(f"{checkpoint} does not fit {like}: missing {missing[:5]}, unexpected {unexpected[:5]}")
     return export_policy(model, tokenizer, out_dir, dtype)

@@ -17,17 +17,29 @@ settings; a later ``--config`` with another ``class_path`` replaces the objectiv
 class also has). ``python cli.py fit --config configs/quickstart.yaml --model.objective=GRPO --help`` (or
 ``--print_config=comments``) lists that objective's settings, ``--model.objective.help GRPO`` those of any objective.
 
-The reference is kept outside the module's parameters: it is not trained, not in the optimizer and not in the
-checkpoint (it is reloaded from ``model_name_or_path``). With LoRA the reference is the same network with the adapter
-switched off, so no second copy is held. A checkpoint records the objective, the reference (path, dtype and a hash
-of its weights) and the LoRA settings; ``fit`` refuses to resume it under any other (``on_load_checkpoint``).
+The reference π_ref is the model ``model_name_or_path`` names, as ``models.loading.load_policy`` loads it, and the
+policy starts equal to it (``models.lora.load_for_training`` prepares both):
+
+* full fine-tuning (``lora.rank`` 0): the reference is a second copy, kept outside the module's parameters: not
+  trained, not in the optimizer and not in the checkpoint (it is reloaded from ``model_name_or_path``). An adapter
+  folder is merged into its base, in both.
+* LoRA over a plain model: the policy is the model with a fresh adapter; the reference is the same network with the
+  adapter switched off.
+* LoRA from an adapter folder (an SFT adapter, say): the reference is the base with the folder's adapter, frozen, as
+  the adapter ``reference``; the policy is a trainable copy of it, the adapter ``policy``. Reference log-probs run
+  the network with ``reference`` active, so π_ref is the adapted model (not the bare base), one copy of the base
+  serves both, and the exported policy (``callbacks.ExportPolicy``: the ``policy`` adapter) applies over the base
+  alone.
+
+A checkpoint records the objective, the reference (path, dtype and a hash of its weights as the loss sees them: for
+an adapter folder, the base and the adapter) and the LoRA settings; ``fit`` refuses to resume it under any other
+(``on_load_checkpoint``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -41,10 +53,9 @@ from ..apo.logprobs import generated_logprobs, pack_generated
 from ..apo.objectives import APO, Objective, PackedBatch, kl_statistics
 from ..eval.metrics import trajectory_metrics
 from ..eval.report import write_results
-from ..models.loading import load_policy
+from ..models.lora import REFERENCE_ADAPTER, LoraMismatch, LoraSettings, adapter_active, load_for_training
 from ..rollout.trajectory import Trajectory
-from ..utils.hashing import hash_state_dict
-from .settings import refuse_other_setup
+from .settings import SettingError, refuse_other_setup
 
 log = logging.getLogger(__name__)
 DType = Literal["float32", "bfloat16", "float16"]
@@ -52,29 +63,12 @@ DType = Literal["float32", "bfloat16", "float16"]
 RESUME_CHECKS = {"objective": "objective", "reference": "reference_sha256", "lora": "lora"}
 
 
-@dataclass
-class LoraSettings:
-    """LoRA adapters through ``peft`` (rank 0 = full fine-tuning).
-
-    Args:
-        rank: adapter rank r.
-        alpha: scaling α.
-        dropout: adapter dropout.
-        target_modules: module names to adapt.
-    """
-
-    rank: int = 0
-    alpha: int = 16
-    dropout: float = 0.0
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
 class WebShopRLModule(LightningModule):
     """RL fine-tuning of a language-model policy on WebShop with one objective (A*-PO by default).
 
     Args:
-        model_name_or_path: π_ref, the frozen reference (usually the SFT-warm-started policy); the policy starts
-            as a copy of it (A*-PO's π_0 = π_ref).
+        model_name_or_path: π_ref, the frozen reference (usually the SFT-warm-started policy: a model directory,
+            or an adapter folder over its base); the policy starts as a copy of it (A*-PO's π_0 = π_ref).
         objective: the objective and its settings: ``APO`` (A*-PO, Brantley et al. 2025), ``GRPO`` (Shao et al.
             2024), ``KLPG`` (the seed project's KL-anchored policy gradient) or ``AWR`` (advantage-weighted SFT),
             from ``apo_lightning.apo.objectives`` (module docstring: how a config or the command line sets it).
@@ -88,13 +82,17 @@ class WebShopRLModule(LightningModule):
             and step s below ``warmup_steps`` at ``s / warmup_steps``. Raises ValueError at the start of ``fit`` when
             ``trainer.max_steps`` is unset or shorter than ``warmup_steps + decay_steps``. A run that
             ``trainer.max_time`` stops first ends before its decay does.
-        lora: LoRA settings (rank 0 = full fine-tuning).
+        lora: LoRA settings (rank 0 = full fine-tuning); from an adapter folder, its rank, alpha and target modules
+            (the module docstring: which reference each case has).
         dtype: weights dtype; mixed precision comes from the Trainer's ``precision``.
         sample_trajectories: how many trajectories to log as text every ``text_every`` steps.
         text_every: steps between text samples in TensorBoard (0 = none).
         results_dir: where ``cli.py test`` writes summary.csv, episodes.jsonl and failure_analysis.md (default:
             ``results/<run_name>``, else ``results``).
         method_name: the method's name in the results (default: the objective's name, e.g. ``apo``).
+
+    Raises:
+        ValueError: a negative ``lora.rank``.
     """
 
     def __init__(self, model_name_or_path: str = "data/models/tiny-sft", objective: Objective = APO(),
@@ -102,6 +100,8 @@ class WebShopRLModule(LightningModule):
                  lora: LoraSettings = LoraSettings(), dtype: DType = "float32", sample_trajectories: int = 2,
                  text_every: int = 25, results_dir: str | None = None, method_name: str | None = None):
         super().__init__()
+        if lora.rank < 0:
+            raise ValueError(f"lora.rank must be >= 0, got {lora.rank}")
         self.save_hyperparameters()
         self.objective = objective
         self.lora_config = lora
@@ -118,19 +118,21 @@ class WebShopRLModule(LightningModule):
 
     # ------------------------------------------------------------------------------------------------ models
     def configure_model(self) -> None:
+        """Load the policy and π_ref (the module docstring's cases).
+
+        Raises:
+            SettingError: from an adapter folder, LoRA settings other than the folder's."""
         if self.policy is not None:
             return
         hp = self.hparams
-        policy, self.tokenizer = load_policy(hp.model_name_or_path, dtype=hp.dtype)
-        self.reference_sha256 = hash_state_dict(policy.state_dict())[:16]  # π_0 = π_ref: what a resume must match
-        lora = self.lora_config
-        if lora.rank > 0:
-            from peft import LoraConfig, get_peft_model
-
-            policy = get_peft_model(policy, LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                                                       target_modules=list(lora.target_modules)))
-        else:
-            reference, _ = load_policy(hp.model_name_or_path, dtype=hp.dtype)
+        try:
+            start = load_for_training(hp.model_name_or_path, self.lora_config, hp.dtype)
+        except LoraMismatch as error:
+            raise SettingError(f"model.lora: {error}") from error
+        policy, self.tokenizer = start.policy, start.tokenizer
+        self.reference_sha256 = start.start_sha256  # π_0 = π_ref: what a resume must match
+        if self.lora_config.rank == 0:
+            reference = load_for_training(hp.model_name_or_path, self.lora_config, hp.dtype).policy
             reference.eval().requires_grad_(False)
             self._reference_box = [reference]
         policy.train()
@@ -138,7 +140,8 @@ class WebShopRLModule(LightningModule):
 
     @property
     def reference(self):
-        """π_ref (None with LoRA, where the policy with its adapter disabled is the reference)."""
+        """π_ref as a separate model (None with LoRA, where π_ref is the policy's network with its adapter disabled,
+        or with the ``reference`` adapter active: ``reference_logprobs``)."""
         return self._reference_box[0] if self._reference_box else None
 
     def rollout_policy(self):
@@ -158,10 +161,13 @@ class WebShopRLModule(LightningModule):
                            gen_mask: torch.Tensor) -> torch.Tensor:
         """log π_ref of each generated token, (S, T) float32 (0 elsewhere), without gradients."""
         with torch.no_grad():
-            if self.reference is None:  # LoRA: the base network is the reference
-                with self.policy.disable_adapter():
+            if self.reference is not None:
+                return generated_logprobs(self.reference, input_ids, attention_mask, gen_mask)
+            if REFERENCE_ADAPTER in self.policy.peft_config:  # LoRA from an adapter folder: its frozen adapter
+                with adapter_active(self.policy, REFERENCE_ADAPTER):
                     return generated_logprobs(self.policy, input_ids, attention_mask, gen_mask)
-            return generated_logprobs(self.reference, input_ids, attention_mask, gen_mask)
+            with self.policy.disable_adapter():  # a fresh adapter: the base network is the reference
+                return generated_logprobs(self.policy, input_ids, attention_mask, gen_mask)
 
     # ------------------------------------------------------------------------------------------------ training
     def packed_batch(self, batch: dict) -> PackedBatch:
@@ -288,7 +294,8 @@ class WebShopRLModule(LightningModule):
     def training_setup(self) -> dict[str, str]:
         """What a checkpoint of this module must be resumed with, as text: ``objective`` (class and settings),
         ``reference`` (path, dtype and weights hash, for messages), ``reference_sha256`` (the first 16 hex digits of
-        ``utils.hashing.hash_state_dict`` of π_ref as loaded) and ``lora`` (the LoRA settings)."""
+        ``utils.hashing.hash_state_dict`` of π_ref as ``models.loading.load_policy`` loads it: for an adapter
+        folder, its base and adapter, the reference the loss sees) and ``lora`` (the LoRA settings)."""
         hp = self.hparams
         return {"objective": repr(self.objective), "lora": repr(self.lora_config),
                 "reference": f"{hp.model_name_or_path} ({hp.dtype} weights, sha256 {self.reference_sha256})",

@@ -25,6 +25,7 @@ from transformers import AutoTokenizer
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from ..baselines.drills import DRILL_PAGES, TurnDrills
+from ..models.loading import tokenizer_folder
 from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
 from ..rollout.collate import pad_batch
@@ -84,7 +85,8 @@ class SFTDataModule(WebShopDataModule):
     Args:
         env: WebShop data and episode settings.
         chat: the prompt format (must match the one RL uses later).
-        model_name_or_path: the policy to fine-tune (its tokenizer tokenizes everything; linked from the module).
+        model_name_or_path: the policy to fine-tune, as ``models.loading.load_policy`` takes it (its tokenizer,
+            ``models.loading.tokenizer_folder``, tokenizes everything; linked from the module).
         tiny: build a fresh (untrained) tiny policy into ``model_name_or_path`` when it does not exist, which must
             then be a new folder under ``data/models/`` (``settings.check_policy``: any other missing path is an
             error).
@@ -137,10 +139,11 @@ class SFTDataModule(WebShopDataModule):
 
     # ------------------------------------------------------------------------------------------------ build
     def _demonstrations(self) -> tuple[Path, Path]:
-        train = demonstration_cache(self.cache_dir, self.env, self.chat, self.model_name_or_path,
+        tokenizer = tokenizer_folder(self.model_name_or_path)  # a model directory, an adapter folder or its base
+        train = demonstration_cache(self.cache_dir, self.env, self.chat, tokenizer,
                                     {"train": self.env.split("train")[: self.num_demos]}, self.max_new_tokens,
                                     self.demo_noise, self.seed)
-        val = demonstration_cache(self.cache_dir, self.env, self.chat, self.model_name_or_path,
+        val = demonstration_cache(self.cache_dir, self.env, self.chat, tokenizer,
                                   {"val": self.env.split("val")[: self.num_val_demos]}, self.max_new_tokens)
         return train, val
 
@@ -152,7 +155,7 @@ class SFTDataModule(WebShopDataModule):
     def setup(self, stage: str | None = None) -> None:
         train, val = self._demonstrations()
         self.train_examples, self.val_examples = load_demonstrations(train)["train"], load_demonstrations(val)["val"]
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder(self.model_name_or_path))
         train = self.env.split("train")
         held_out = max(1, min(self.drills.held_out_goals, len(train) // 10))
         self.drill_source = TurnDrills(self.shop, self.chat, self.tokenizer, train[:-held_out],

@@ -1,8 +1,13 @@
 """The SFT module: supervised fine-tuning of a policy on turn drills and oracle demonstrations (cross-entropy on
-reply tokens only), watched by greedy episodes, and exported as the Hugging Face model directory that serves as
-π_ref.
+reply tokens only), watched by greedy episodes, and exported as the policy that serves as π_ref: a Hugging Face
+model directory, or with LoRA (``model.lora.rank`` > 0) a ``peft`` adapter folder over the base, unmerged.
 
     python cli.py fit --config configs/sft_tiny.yaml
+
+With LoRA only the adapter trains (``models.lora.load_for_training``): a fresh one over a plain model, or from an
+adapter folder a trainable copy of its adapter (with rank 0 an adapter folder is merged and fully fine-tuned). The
+exported adapter folder names the base it applies to (``base_model_name_or_path``: ``model_name_or_path`` as given,
+or the starting adapter's base), so ``models.loading.load_policy`` and ``model_name_or_path`` of an RL run open it.
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ from lightning.pytorch.trainer.states import TrainerFn
 from transformers import get_wsd_schedule
 
 from ..apo.logprobs import generated_nll
-from ..models.loading import export_policy, load_policy
-from ..utils.hashing import hash_state_dict
+from ..models.loading import export_policy
+from ..models.lora import LoraMismatch, LoraSettings, load_for_training
 from .rl_module import DType
-from .settings import refuse_other_setup
+from .settings import SettingError, refuse_other_setup
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +37,10 @@ class SFTModule(LightningModule):
     decay to 0 at the end of training.
 
     Args:
-        model_name_or_path: the policy to start from (a model directory, hub id or 'smollm2-135m-instruct').
-        export_dir: where the fine-tuned policy is saved as a model directory at the end of ``fit`` (π_ref).
+        model_name_or_path: the policy to start from (a model directory, hub id, 'smollm2-135m-instruct' or an adapter
+            folder over one of these).
+        export_dir: where the fine-tuned policy is saved at the end of ``fit`` (π_ref): a model directory, or with
+            LoRA an adapter folder (``adapter_config.json``, ``adapter_model.safetensors`` and the tokenizer files).
         learning_rate: AdamW peak learning rate.
         weight_decay: AdamW weight decay (matrices only).
         warmup_steps: linear warm-up steps.
@@ -41,6 +48,7 @@ class SFTModule(LightningModule):
         dtype: policy weights dtype; use the Trainer's precision for mixed precision.
         export_dtype: the dtype of the exported weights (``bfloat16`` for a reference policy kept in the repository);
             None = the training dtype.
+        lora: LoRA settings (rank 0 = full fine-tuning); from an adapter folder, its rank, alpha and target modules.
 
     Raises:
         ValueError: a setting out of its range.
@@ -49,7 +57,7 @@ class SFTModule(LightningModule):
     def __init__(self, model_name_or_path: str = "data/models/tiny-init",
                  export_dir: str | None = "data/models/tiny-sft", learning_rate: float = 2e-3,
                  weight_decay: float = 0.01, warmup_steps: int = 20, constant_steps: int = 0,
-                 dtype: DType = "float32", export_dtype: DType | None = None):
+                 dtype: DType = "float32", export_dtype: DType | None = None, lora: LoraSettings = LoraSettings()):
         super().__init__()
         if learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
@@ -57,7 +65,10 @@ class SFTModule(LightningModule):
                             ("constant_steps", constant_steps)):
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
+        if lora.rank < 0:
+            raise ValueError(f"lora.rank must be >= 0, got {lora.rank}")
         self.save_hyperparameters()
+        self.lora_config = lora
         self.policy = None
         self.tokenizer = None
         self.model_sha256: str | None = None  # of the starting weights as loaded (configure_model), 16 hex digits
@@ -65,17 +76,27 @@ class SFTModule(LightningModule):
         self.val_success, self.val_score, self.val_invalid = MeanMetric(), MeanMetric(), MeanMetric()
 
     def configure_model(self) -> None:
+        """Load the policy to train (``models.lora.load_for_training``; an adapter folder's own adapter is not kept).
+
+        Raises:
+            SettingError: from an adapter folder, LoRA settings other than the folder's."""
         if self.policy is None:
-            self.policy, self.tokenizer = load_policy(self.hparams.model_name_or_path, dtype=self.hparams.dtype)
-            self.model_sha256 = hash_state_dict(self.policy.state_dict())[:16]  # what a resume must start from
+            hp = self.hparams
+            try:
+                start = load_for_training(hp.model_name_or_path, self.lora_config, hp.dtype, keep_reference=False)
+            except LoraMismatch as error:
+                raise SettingError(f"model.lora: {error}") from error
+            self.policy, self.tokenizer = start.policy, start.tokenizer
+            self.model_sha256 = start.start_sha256  # what a resume must start from
             self.policy.train()
 
     def training_setup(self) -> dict[str, str]:
         """What a checkpoint of this module must be resumed with: ``model`` (path, dtype and the first 16 hex digits
-        of ``utils.hashing.hash_state_dict`` of the starting weights, for messages) and ``model_sha256``."""
+        of ``utils.hashing.hash_state_dict`` of the starting weights as ``models.loading.load_policy`` loads them, for
+        messages), ``model_sha256`` and ``lora`` (the LoRA settings)."""
         hp = self.hparams
         return {"model": f"{hp.model_name_or_path} ({hp.dtype} weights, sha256 {self.model_sha256})",
-                "model_sha256": str(self.model_sha256)}
+                "model_sha256": str(self.model_sha256), "lora": repr(self.lora_config)}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["training_setup"] = self.training_setup()
@@ -90,12 +111,18 @@ class SFTModule(LightningModule):
         hash it). The path alone may differ (the same weights elsewhere); a checkpoint without the record is not
         checked. The CLI calls this before the Trainer starts, so a refused run writes nothing.
 
+        A record without ``lora`` is of full fine-tuning (the only kind then), the same as any rank-0 setting.
+
         Raises:
-            SettingError: the starting model's weights differ; the message names both and ``checkpoint_path``.
+            SettingError: the starting model's weights or the LoRA settings differ; the message names both and
+                ``checkpoint_path``.
         """
         if saved is not None:
             self.configure_model()
-            refuse_other_setup(saved, self.training_setup(), {"model": "model_sha256"}, checkpoint_path)
+            current = self.training_setup()
+            if "lora" not in saved and self.lora_config.rank == 0:
+                saved = {**saved, "lora": current["lora"]}
+            refuse_other_setup(saved, current, {"model": "model_sha256", "lora": "lora"}, checkpoint_path)
 
     def rollout_policy(self):
         """``(policy, tokenizer)``: what the data module plays validation episodes with."""
@@ -156,8 +183,9 @@ class SFTModule(LightningModule):
 
     # ------------------------------------------------------------------------------------------------ optimizer
     def configure_optimizers(self):
-        decay = [p for n, p in self.policy.named_parameters() if p.ndim >= 2]
-        no_decay = [p for n, p in self.policy.named_parameters() if p.ndim < 2]
+        trained = [p for p in self.policy.parameters() if p.requires_grad]  # with LoRA, the adapter's only
+        decay = [p for p in trained if p.ndim >= 2]
+        no_decay = [p for p in trained if p.ndim < 2]
         optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": self.hparams.weight_decay},
                                        {"params": no_decay, "weight_decay": 0.0}], lr=self.hparams.learning_rate)
         total = self.total_steps()

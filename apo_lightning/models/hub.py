@@ -1,4 +1,5 @@
-"""What a model directory holds, and whether a name is a local path or a Hugging Face hub id.
+"""What a model directory (or a LoRA adapter folder) holds, and whether a name is a local path or a Hugging Face
+hub id.
 
 The helpers every model loader shares (``models.loading``, ``models.gguf``, ``models.tiny``); nothing here loads a
 model or downloads anything.
@@ -6,6 +7,7 @@ model or downloads anything.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -16,6 +18,10 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 REQUIRED_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 #: The tokenizer files a model directory may hold (what tokenizes a demonstration the same way).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+#: What marks a ``peft`` adapter folder; its ``base_model_name_or_path`` names the model the adapter applies to.
+ADAPTER_CONFIG = "adapter_config.json"
+#: Weight files of an adapter folder; any one of them will do.
+ADAPTER_WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
 
 
 def looks_local(name: str) -> bool:
@@ -36,6 +42,29 @@ def missing_model_files(path: Path) -> list[str]:
     if not any((path / name).is_file() for name in REQUIRED_TOKENIZER_FILES):
         missing.append(" or ".join(REQUIRED_TOKENIZER_FILES))
     return missing
+
+
+def adapter_base(name: str) -> str | None:
+    """The base model of the ``peft`` adapter folder ``name`` (``base_model_name_or_path`` of its
+    ``adapter_config.json``: ``smollm2-135m-instruct``, a model directory or a hub id); None when ``name`` is not a
+    folder with ``adapter_config.json``.
+
+    Raises:
+        ValueError: ``adapter_config.json`` is not a JSON object with a non-empty ``base_model_name_or_path`` (the
+            message names the file).
+    """
+    config_file = Path(name).expanduser() / ADAPTER_CONFIG
+    if not config_file.is_file():
+        return None
+    try:
+        config = json.loads(config_file.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{config_file} is not valid JSON: {error}") from error
+    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    if not isinstance(base, str) or not base:
+        raise ValueError(f"{config_file} names no base model (base_model_name_or_path is {base!r}): set it to the "
+                         "model the adapter was trained over")
+    return base
 
 
 def hub_offline() -> bool:
