@@ -413,7 +413,8 @@ def test_resuming_under_another_objective_reference_or_lora_is_refused_by_name(w
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
     assert files() == before  # refused before anything is written: no log version, no checkpoint touched
     assert [line for line in refused.stderr.splitlines() if line.startswith("error:")] == [
-        "error: checkpoint checkpoints/refuse/last.ckpt was trained with objective APO(beta2=0.01, entropy_coef=0.0); this run asks for "
+        "error: checkpoint checkpoints/refuse/last.ckpt was trained with objective APO(beta2=0.01, "
+        "entropy_coef=0.0); this run asks for "
         "objective GRPO(group_size=4, clip_eps=0.2, beta_kl=0.0, scale_advantages=True): resume it with the same "
         "objective or start afresh with another run_name"]
     with pytest.raises(SettingError, match=r"with objective APO\(beta2=0.01, .* asks for objective APO\(beta2=0.02"):
@@ -656,6 +657,19 @@ def test_a_setting_out_of_range_is_named_with_its_value():
             WebShopRLDataModule(**settings)
         assert str(raised.value) == message
     assert WebShopRLDataModule(needs_v_star=False).needs_v_star is False  # the defaults are in range
+
+
+def test_fewer_evaluation_goals_than_processes_are_refused_by_name():
+    """A process with no goals would stop the others (Lightning refuses an empty loader on one rank): say which
+    setting is too small instead."""
+    from apo_lightning.webshop.settings import EnvConfig
+
+    data = WebShopRLDataModule(env=EnvConfig(data_dir="synthetic", max_steps=3), test_goals=1, val_goals=2,
+                               train_goal_indices=None)
+    data.trainer = SimpleNamespace(world_size=2, global_rank=1)
+    with pytest.raises(SettingError, match=r"^data.test_goals must be at least the number of processes \(2\), got 1 "):
+        data.test_dataloader()
+    assert len(data.val_dataloader()) == 1  # 2 goals, 2 processes: one each
 
 
 def test_train_goal_indices_fix_the_training_goals_and_refuse_goals_outside_the_train_split():

@@ -27,7 +27,7 @@ from ..rollout.collate import collate_trajectories
 from ..rollout.settings import RolloutSettings, check_settings
 from ..utils.seeds import derive_seed
 from ..webshop.settings import EnvConfig
-from .settings import WebShopDataModule, ensure_policy
+from .settings import SettingError, WebShopDataModule, ensure_policy
 from .stage1 import Stage1, VStarConfig
 from .streams import ChunkStream, StepStream
 
@@ -219,19 +219,28 @@ class WebShopRLDataModule(WebShopDataModule):
         with self._rollout_context():
             return {"trajectories": engine.rollout(self.env.envs(len(goals)), goals, seed=0)}
 
-    def _eval_loader(self, goals: list[int], limit: int) -> ChunkStream:
+    def _eval_loader(self, goals: list[int], limit: int, setting: str) -> ChunkStream:
+        """This rank's share (every ``world_size``-th) of the first ``limit`` of ``goals`` (0 = all).
+
+        Raises:
+            SettingError: fewer goals than processes (a process with no goals would stop the others), named by
+                ``setting`` (printed by the CLI as one line).
+        """
         goals = goals[:limit] if limit else goals
+        if len(goals) < self.world_size:
+            raise SettingError(f"data.{setting} must be at least the number of processes ({self.world_size}), got "
+                               f"{len(goals)} goals")
         return ChunkStream(goals[self.rank::self.world_size], self.eval_batch_size, self.eval_batch)
 
     def val_dataloader(self) -> ChunkStream | list[ChunkStream]:
         """The validation goals; with ``train_eval_goals`` also the training pool's first goals (loader 1)."""
-        val = self._eval_loader(self.env.split("val"), self.val_goals)
+        val = self._eval_loader(self.env.split("val"), self.val_goals, "val_goals")
         if not self.train_eval_goals:
             return val
-        return [val, self._eval_loader(self.pool(), self.train_eval_goals)]
+        return [val, self._eval_loader(self.pool(), self.train_eval_goals, "train_eval_goals")]
 
     def test_dataloader(self) -> ChunkStream:
-        return self._eval_loader(self.env.split("test"), self.test_goals)
+        return self._eval_loader(self.env.split("test"), self.test_goals, "test_goals")
 
     # ------------------------------------------------------------------------------------------------ resume
     def state_dict(self) -> dict:
