@@ -22,6 +22,36 @@ def skip_unless_required(message: str) -> None:
     pytest.skip(message)
 
 
+@pytest.fixture(scope="module")
+def workdir(request, tmp_path_factory):
+    """A working directory shared by the tests of one module (catalog, tiny policy and caches built once), named
+    after the module; the tests run with it as the current directory."""
+    path = tmp_path_factory.mktemp(request.module.__name__.removeprefix("test_"))
+    cwd = os.getcwd()
+    os.chdir(path)
+    yield path
+    os.chdir(cwd)
+
+
+@pytest.fixture
+def zero_v_star(monkeypatch):
+    """V* = 0: the advantage is the reward itself, so an untrained policy's parameters move."""
+    from apo_lightning.apo.vstar import VStarTable
+
+    monkeypatch.setattr(VStarTable, "lookup", lambda self, goals, device=None: torch.zeros(len(goals)))
+
+
+def fit_in_process(*args: str, callbacks=(), ckpt_path=None):
+    """``cli.py fit *args`` in this process (``build_cli`` without running it, then ``trainer.fit``), with
+    ``callbacks`` added to the trainer's; returns the CLI object (``cli.model``, ``cli.datamodule``, ``cli.trainer``)."""
+    from apo_lightning.lit.cli import build_cli
+
+    cli = build_cli(list(args), run=False)
+    cli.trainer.callbacks.extend(callbacks)
+    cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt_path)
+    return cli
+
+
 @pytest.fixture(scope="session")
 def real_data_dir() -> Path:
     """The real WebShop data directory; skips (or fails, when APO_REQUIRE_WEBSHOP_DATA=1) if it is absent."""

@@ -20,7 +20,6 @@ import yaml
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import Timer
 
-from apo_lightning.apo.vstar import VStarTable
 from apo_lightning.eval.training_logs import read_scalars
 from apo_lightning.lit.cli import build_cli
 from apo_lightning.lit.rl_data import WebShopRLDataModule
@@ -30,33 +29,16 @@ from apo_lightning.utils.hashing import hash_parameters
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from cli import main  # noqa: E402
+from conftest import fit_in_process  # noqa: E402
 
 SMOKE = str(REPO / "configs" / "smoke.yaml")
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 NO_CHECKPOINTS = ["--trainer.callbacks=[]", "--trainer.enable_checkpointing=false", "--trainer.logger=false"]
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    """A working directory shared by the tests of this file (catalog, tiny policy and V* cache built once)."""
-    path = tmp_path_factory.mktemp("lit")
-    cwd = os.getcwd()
-    os.chdir(path)
-    yield path
-    os.chdir(cwd)
-
-
-@pytest.fixture
-def zero_v_star(monkeypatch):
-    monkeypatch.setattr(VStarTable, "lookup", lambda self, goals, device=None: torch.zeros(len(goals)))
-
-
 def fit(*overrides, callbacks=(), ckpt_path=None, config=SMOKE):
     """``cli.py fit --config config`` in this process, quiet, with ``callbacks`` added to the trainer's."""
-    cli = build_cli(["--config", config, *QUIET, *overrides], run=False)
-    cli.trainer.callbacks.extend(callbacks)
-    cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt_path)
-    return cli
+    return fit_in_process("--config", config, *QUIET, *overrides, callbacks=callbacks, ckpt_path=ckpt_path)
 
 
 class Recorder(Callback):

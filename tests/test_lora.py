@@ -5,7 +5,6 @@ reference the loss sees. The slow test takes one LoRA SFT step on SmolLM2-135M-I
 """
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -17,7 +16,6 @@ from safetensors.torch import load_file, save_file
 from apo_lightning.apo.logprobs import generated_logprobs, pack_generated
 from apo_lightning.apo.vstar import VStarTable
 from apo_lightning.lit.callbacks import ExportPolicy
-from apo_lightning.lit.cli import build_cli
 from apo_lightning.lit.export import export_checkpoint
 from apo_lightning.lit.rl_module import WebShopRLModule
 from apo_lightning.lit.settings import SettingError
@@ -26,7 +24,7 @@ from apo_lightning.models.hub import ADAPTER_CONFIG
 from apo_lightning.models.loading import export_policy, load_policy, tokenizer_folder
 from apo_lightning.models.lora import LoraSettings
 from apo_lightning.utils.hashing import hash_parameters
-from conftest import skip_unless_required
+from conftest import fit_in_process, skip_unless_required
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = str(REPO / "configs" / "smoke.yaml")
@@ -50,28 +48,9 @@ SFT_RUN = [*NO_CHECKPOINTS, "--trainer.devices=1", "--trainer.strategy=auto", f"
 RL_RUN = [f"--model.model_name_or_path={SFT_ADAPTER}", "--data.tiny=null", *LORA]
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    """A working directory shared by the tests of this file (catalog, tiny policy, the SFT adapter)."""
-    path = tmp_path_factory.mktemp("lora")
-    cwd = os.getcwd()
-    os.chdir(path)
-    yield path
-    os.chdir(cwd)
-
-
-@pytest.fixture
-def zero_v_star(monkeypatch):
-    """V* = 0: the advantage is the reward itself, so an untrained policy's parameters move."""
-    monkeypatch.setattr(VStarTable, "lookup", lambda self, goals, device=None: torch.zeros(len(goals)))
-
-
 def fit(*overrides, config=SMOKE, callbacks=(), ckpt_path=None):
     """``cli.py fit --config config`` in this process, quiet, with ``callbacks`` added to the trainer's."""
-    cli = build_cli(["--config", config, *QUIET, *overrides], run=False)
-    cli.trainer.callbacks.extend(callbacks)
-    cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt_path)
-    return cli
+    return fit_in_process("--config", config, *QUIET, *overrides, callbacks=callbacks, ckpt_path=ckpt_path)
 
 
 class Snapshot(Callback):

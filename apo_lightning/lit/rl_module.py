@@ -38,6 +38,7 @@ an adapter folder, the base and the adapter) and the LoRA settings; ``fit`` refu
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from pathlib import Path
@@ -45,7 +46,6 @@ from typing import Literal
 
 import torch
 from lightning.pytorch import LightningModule
-from lightning.pytorch.trainer.states import TrainerFn
 from torchmetrics import MeanMetric
 from transformers import get_wsd_schedule
 
@@ -53,17 +53,16 @@ from ..apo.logprobs import generated_logprobs, pack_generated
 from ..apo.objectives import APO, Objective, PackedBatch, kl_statistics
 from ..eval.metrics import trajectory_metrics
 from ..eval.report import write_results
-from ..models.lora import REFERENCE_ADAPTER, LoraMismatch, LoraSettings, adapter_active, load_for_training
+from ..models.lora import REFERENCE_ADAPTER, LoraSettings, adapter_active
 from ..rollout.trajectory import Trajectory
-from .settings import SettingError, refuse_other_setup
+from .settings import CheckedResume, load_start
 
 log = logging.getLogger(__name__)
 DType = Literal["float32", "bfloat16", "float16"]
 #: what a resumed run must share with its checkpoint: {name in messages: ``training_setup`` key compared}
-RESUME_CHECKS = {"objective": "objective", "reference": "reference_sha256", "lora": "lora"}
 
 
-class WebShopRLModule(LightningModule):
+class WebShopRLModule(CheckedResume, LightningModule):
     """RL fine-tuning of a language-model policy on WebShop with one objective (A*-PO by default).
 
     Args:
@@ -95,6 +94,9 @@ class WebShopRLModule(LightningModule):
         ValueError: a negative ``lora.rank``.
     """
 
+    #: a resume must have this objective, these reference weights and these LoRA settings (``CheckedResume``)
+    RESUME_CHECKS = {"objective": "objective", "reference": "reference_sha256", "lora": "lora"}
+
     def __init__(self, model_name_or_path: str = "data/models/tiny-sft", objective: Objective = APO(),
                  learning_rate: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, decay_steps: int = 0,
                  lora: LoraSettings = LoraSettings(), dtype: DType = "float32", sample_trajectories: int = 2,
@@ -125,14 +127,11 @@ class WebShopRLModule(LightningModule):
         if self.policy is not None:
             return
         hp = self.hparams
-        try:
-            start = load_for_training(hp.model_name_or_path, self.lora_config, hp.dtype)
-        except LoraMismatch as error:
-            raise SettingError(f"model.lora: {error}") from error
+        start = load_start(hp.model_name_or_path, self.lora_config, hp.dtype)
         policy, self.tokenizer = start.policy, start.tokenizer
         self.reference_sha256 = start.start_sha256  # π_0 = π_ref: what a resume must match
         if self.lora_config.rank == 0:
-            reference = load_for_training(hp.model_name_or_path, self.lora_config, hp.dtype).policy
+            reference = copy.deepcopy(policy)  # π_ref = π_0, held apart: the policy's parameters move
             reference.eval().requires_grad_(False)
             self._reference_box = [reference]
         policy.train()
@@ -303,25 +302,10 @@ class WebShopRLModule(LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["skipped_nonfinite"] = self.skipped_nonfinite
-        checkpoint["training_setup"] = self.training_setup()
+        super().on_save_checkpoint(checkpoint)  # the training setup (CheckedResume)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Restore the count of skipped steps; in ``fit``, refuse a checkpoint trained under another setup
-        (:meth:`refuse_other_setup`). Evaluation (``validate``/``test``) loads the weights under any setup."""
+        """Restore the count of skipped steps; in ``fit``, refuse a checkpoint trained under another objective,
+        reference or LoRA setting (``CheckedResume``)."""
         self.skipped_nonfinite = checkpoint.get("skipped_nonfinite", 0)
-        if self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING:
-            self.refuse_other_setup(checkpoint.get("training_setup"), self.trainer.ckpt_path)
-
-    def refuse_other_setup(self, saved: dict[str, str] | None, checkpoint_path) -> None:
-        """Check that a checkpoint's ``training_setup`` (``on_save_checkpoint``) is this run's before resuming it;
-        loads the policy first (``configure_model``) to hash π_ref. The reference's path alone may differ (the same
-        weights elsewhere); a checkpoint without the record is not checked. The CLI calls this before the Trainer
-        starts, so a refused run writes nothing.
-
-        Raises:
-            SettingError: the objective, the reference weights or the LoRA settings differ; the message names each
-                difference and ``checkpoint_path``.
-        """
-        if saved is not None:
-            self.configure_model()
-            refuse_other_setup(saved, self.training_setup(), RESUME_CHECKS, checkpoint_path)
+        super().on_load_checkpoint(checkpoint)

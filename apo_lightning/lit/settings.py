@@ -7,9 +7,11 @@ from pathlib import Path
 
 import torch
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.trainer.states import TrainerFn
 
 from ..baselines.corpus import ensure_tiny_policy
 from ..models.hub import looks_local
+from ..models.lora import LoraMismatch, LoraSettings, TrainingStart, load_for_training
 from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
 from ..webshop import WebShop
@@ -44,6 +46,55 @@ def refuse_other_setup(saved: dict[str, str] | None, current: dict[str, str], ch
         now = " and ".join(f"{what} {current[what]}" for what in differ)
         raise SettingError(f"checkpoint {checkpoint_path} was trained with {was}; this run asks for {now}: resume it "
                            f"with the same {' and '.join(differ)} or start afresh with another run_name")
+
+
+class CheckedResume:
+    """A Lightning module mixin: every checkpoint records what a resume must start from (``training_setup``), and
+    ``fit`` refuses a checkpoint recorded under another setup before it trains (:func:`refuse_other_setup`).
+    Evaluation (``validate``/``test``) loads the weights under any setup.
+
+    A subclass sets ``RESUME_CHECKS`` (the name shown in a refusal -> the ``training_setup`` key that must be equal),
+    implements ``training_setup`` and ``configure_model`` (which loads what the record hashes), and holds its LoRA
+    settings as ``lora_config``. A record without ``lora`` is of full fine-tuning, the only kind before LoRA.
+    """
+
+    RESUME_CHECKS: dict[str, str]
+
+    def training_setup(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["training_setup"] = self.training_setup()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING:
+            self.refuse_other_setup(checkpoint.get("training_setup"), self.trainer.ckpt_path)
+
+    def refuse_other_setup(self, saved: dict[str, str] | None, checkpoint_path) -> None:
+        """Check that a checkpoint's ``training_setup`` is this run's before resuming it; loads the policy first
+        (``configure_model``) to hash it. Paths alone may differ (the same weights elsewhere); a checkpoint without
+        the record is not checked. The CLI calls this before the Trainer starts, so a refused run writes nothing.
+
+        Raises:
+            SettingError: a checked part of the setup differs; the message names each difference and
+                ``checkpoint_path``.
+        """
+        if saved is None:
+            return
+        self.configure_model()
+        current = self.training_setup()
+        if "lora" not in saved and self.lora_config.rank == 0:
+            saved = {**saved, "lora": current["lora"]}
+        refuse_other_setup(saved, current, self.RESUME_CHECKS, checkpoint_path)
+
+
+def load_start(model_name_or_path: str, lora: LoraSettings, dtype: str, keep_reference: bool = True) -> TrainingStart:
+    """``models.lora.load_for_training``, with LoRA settings other than an adapter folder's refused as a
+    ``SettingError`` on ``model.lora`` (printed by the CLI as one line)."""
+    try:
+        return load_for_training(model_name_or_path, lora, dtype, keep_reference=keep_reference)
+    except LoraMismatch as error:
+        raise SettingError(f"model.lora: {error}") from error
 
 
 class WebShopDataModule(LightningDataModule):

@@ -17,19 +17,18 @@ import logging
 import torch
 from lightning.pytorch import LightningModule
 from torchmetrics import MeanMetric
-from lightning.pytorch.trainer.states import TrainerFn
 from transformers import get_wsd_schedule
 
 from ..apo.logprobs import generated_nll
 from ..models.loading import export_policy
-from ..models.lora import LoraMismatch, LoraSettings, load_for_training
+from ..models.lora import LoraSettings
 from .rl_module import DType
-from .settings import SettingError, refuse_other_setup
+from .settings import CheckedResume, load_start
 
 log = logging.getLogger(__name__)
 
 
-class SFTModule(LightningModule):
+class SFTModule(CheckedResume, LightningModule):
     """Supervised fine-tuning of a policy on the SFT data module's course.
 
     Learning rate (``transformers.get_wsd_schedule``): linear warm-up over ``warmup_steps``, the peak rate until step
@@ -53,6 +52,9 @@ class SFTModule(LightningModule):
     Raises:
         ValueError: a setting out of its range.
     """
+
+    #: a resume must start from these weights with these LoRA settings (``CheckedResume``)
+    RESUME_CHECKS = {"model": "model_sha256", "lora": "lora"}
 
     def __init__(self, model_name_or_path: str = "data/models/tiny-init",
                  export_dir: str | None = "data/models/tiny-sft", learning_rate: float = 2e-3,
@@ -82,10 +84,7 @@ class SFTModule(LightningModule):
             SettingError: from an adapter folder, LoRA settings other than the folder's."""
         if self.policy is None:
             hp = self.hparams
-            try:
-                start = load_for_training(hp.model_name_or_path, self.lora_config, hp.dtype, keep_reference=False)
-            except LoraMismatch as error:
-                raise SettingError(f"model.lora: {error}") from error
+            start = load_start(hp.model_name_or_path, self.lora_config, hp.dtype, keep_reference=False)
             self.policy, self.tokenizer = start.policy, start.tokenizer
             self.model_sha256 = start.start_sha256  # what a resume must start from
             self.policy.train()
@@ -97,32 +96,6 @@ class SFTModule(LightningModule):
         hp = self.hparams
         return {"model": f"{hp.model_name_or_path} ({hp.dtype} weights, sha256 {self.model_sha256})",
                 "model_sha256": str(self.model_sha256), "lora": repr(self.lora_config)}
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["training_setup"] = self.training_setup()
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """In ``fit``, refuse a checkpoint that started from another model (:meth:`refuse_other_setup`)."""
-        if self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING:
-            self.refuse_other_setup(checkpoint.get("training_setup"), self.trainer.ckpt_path)
-
-    def refuse_other_setup(self, saved: dict[str, str] | None, checkpoint_path) -> None:
-        """Check that a checkpoint's ``training_setup`` is this run's before resuming it (loads the policy first to
-        hash it). The path alone may differ (the same weights elsewhere); a checkpoint without the record is not
-        checked. The CLI calls this before the Trainer starts, so a refused run writes nothing.
-
-        A record without ``lora`` is of full fine-tuning (the only kind then), the same as any rank-0 setting.
-
-        Raises:
-            SettingError: the starting model's weights or the LoRA settings differ; the message names both and
-                ``checkpoint_path``.
-        """
-        if saved is not None:
-            self.configure_model()
-            current = self.training_setup()
-            if "lora" not in saved and self.lora_config.rank == 0:
-                saved = {**saved, "lora": current["lora"]}
-            refuse_other_setup(saved, current, {"model": "model_sha256", "lora": "lora"}, checkpoint_path)
 
     def rollout_policy(self):
         """``(policy, tokenizer)``: what the data module plays validation episodes with."""
