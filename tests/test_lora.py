@@ -161,6 +161,9 @@ def test_an_adapter_whose_base_is_missing_is_refused_naming_its_config(sft_run, 
     (folder / ADAPTER_CONFIG).write_text(json.dumps({**config, "base_model_name_or_path": None}))
     with pytest.raises(ValueError, match=rf"{folder}/{ADAPTER_CONFIG} names no base model"):
         load_policy(str(folder))
+    (folder / ADAPTER_CONFIG).write_text("{not json")
+    with pytest.raises(ValueError, match=rf"{folder}/{ADAPTER_CONFIG}: cannot read it as JSON"):
+        load_policy(str(folder))
     (folder / "adapter_model.safetensors").unlink()
     (folder / ADAPTER_CONFIG).write_text(json.dumps(config))
     with pytest.raises(FileNotFoundError, match=rf"adapter folder {folder} has {ADAPTER_CONFIG} but no weights"):

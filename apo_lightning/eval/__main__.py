@@ -27,7 +27,6 @@ import torch
 from ..rollout.chat import ChatFormat
 from ..rollout.settings import RolloutSettings
 from ..utils.files import atomic_write_text
-from ..webshop import WebShop
 from ..webshop.datadir import SYNTHETIC, resolve_data_dir
 from ..webshop.settings import EnvConfig
 from .compare import common_goals, compare_episodes, format_comparison, load_episodes
@@ -40,8 +39,10 @@ def evaluate_command(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     data_dir, description = resolve_data_dir(args.data_dir)
     print(description, file=sys.stderr)
-    shop = WebShop.load(data_dir, goals=args.goals, seed=args.catalog_seed)
-    goals = list(shop.split(args.split, args.split_scheme))[: args.limit or None]
+    env = EnvConfig(data_dir=str(data_dir) if data_dir else SYNTHETIC, goals=args.goals, seed=args.catalog_seed,
+                    split_scheme=args.split_scheme, max_steps=args.max_steps)
+    shop = env.shop(announce=False)  # said above; the rollouts below find it in the same per-process cache
+    goals = env.split(args.split)[: args.limit or None]
     start = time.perf_counter()
     if args.model in SCRIPTED:
         if args.samples:
@@ -49,8 +50,6 @@ def evaluate_command(args: argparse.Namespace) -> dict:
         trajectories = play_scripted(args.model, shop, goals, args.max_steps, args.seed)
         metrics = greedy_summary(trajectories)
     else:
-        env = EnvConfig(data_dir=str(data_dir) if data_dir else SYNTHETIC, goals=args.goals, seed=args.catalog_seed,
-                        split_scheme=args.split_scheme, max_steps=args.max_steps)
         rollout = RolloutSettings(max_new_tokens=args.max_new_tokens, valid_clicks=args.valid_clicks)
         chat = ChatFormat(history_turns=args.history_turns, context_budget=args.context_budget)
         job = PolicyRollouts(args.model, env, rollout, chat, args.batch_size, args.seed, "evaluate",

@@ -22,7 +22,6 @@ from ..rollout.settings import RolloutSettings
 from ..rollout.trajectory import Trajectory
 from ..utils.seeds import derive_seed
 from ..webshop import WebShop, WebShopEnv
-from ..webshop.datadir import resolve_data_dir
 from ..webshop.settings import EnvConfig
 from .metrics import bootstrap_interval, pass_at_k, trajectory_metrics, wilson_interval
 
@@ -111,8 +110,7 @@ def _rollout_part(job: PolicyRollouts, goals: list[int], offset: int, progress: 
     from ..models.loading import load_policy
 
     torch.set_num_threads(job.threads)
-    data_dir, _ = resolve_data_dir(job.env.data_dir)  # quietly: the command said where the data comes from
-    shop = WebShop.load(data_dir, goals=job.env.goals, seed=job.env.seed)
+    shop = job.env.shop(announce=False)  # the command said where the data comes from
     model, tokenizer = load_policy(job.model, gguf_file=job.gguf_file, dtype=job.dtype, device=job.device)
     engine = job.rollout.engine(model, tokenizer, job.chat, greedy=job.greedy)
     return rollout_goals(engine, shop, goals, job.batch_size, derive_seed(job.seed, job.purpose),

@@ -7,9 +7,10 @@ model or downloads anything.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
+
+from ..utils.files import read_json
 
 #: Weight files of a model directory; any one of them will do.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -56,11 +57,8 @@ def adapter_base(name: str) -> str | None:
     config_file = Path(name).expanduser() / ADAPTER_CONFIG
     if not config_file.is_file():
         return None
-    try:
-        config = json.loads(config_file.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{config_file} is not valid JSON: {error}") from error
-    base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    config = read_json(config_file, dict, "a peft adapter config (a JSON object)")
+    base = config.get("base_model_name_or_path")
     if not isinstance(base, str) or not base:
         raise ValueError(f"{config_file} names no base model (base_model_name_or_path is {base!r}): set it to the "
                          "model the adapter was trained over")

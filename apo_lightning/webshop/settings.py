@@ -40,18 +40,19 @@ class EnvConfig:
     observation_mode: ObservationMode = "text"
     max_steps: int = 15
 
-    def resolved_data_dir(self) -> str | None:
-        """The data folder the rule chooses (None: the synthetic catalog); says where it came from once per process."""
+    def resolved_data_dir(self, announce: bool = True) -> str | None:
+        """The data folder the rule chooses (None: the synthetic catalog); with ``announce``, says where it came from
+        once per process (on stderr, local rank 0 only)."""
         path, description = resolve_data_dir(self.data_dir)
-        if description not in _ANNOUNCED:
+        if announce and description not in _ANNOUNCED:
             _ANNOUNCED.add(description)
             if os.environ.get("LOCAL_RANK", "0") == "0":
                 print(description, file=sys.stderr)
         return str(path) if path is not None else None
 
-    def shop(self) -> WebShop:
-        """The loaded catalog (cached per process)."""
-        return _load_shop(self.resolved_data_dir(), self.goals, self.seed)
+    def shop(self, announce: bool = True) -> WebShop:
+        """The loaded catalog (cached per process); ``announce`` as for :meth:`resolved_data_dir`."""
+        return _load_shop(self.resolved_data_dir(announce), self.goals, self.seed)
 
     def envs(self, n: int) -> list[WebShopEnv]:
         """``n`` fresh envs over the shared catalog."""
