@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from apo_lightning.apo.objectives import APO, AWR, GRPO, KLPG, Objective, PackedBatch
+from apo_lightning.apo.objectives import APO, AWR, GRPO, KLPG, PackedBatch
 from apo_lightning.apo.objectives.apo import apo_loss
 from apo_lightning.apo.objectives.awr import awr_loss, awr_weights
 from apo_lightning.apo.objectives.grpo import grpo_advantages, grpo_loss
@@ -130,7 +130,7 @@ def test_every_objective_takes_a_packed_batch_and_gives_a_differentiable_loss(ob
     assert all(v.shape == () and not v.requires_grad for v in stats.values())
     loss.backward()
     assert logp.grad is not None and logp.grad[0, 2] == 0  # nothing flows into padding
-    assert issubclass(objective, Objective)
+    assert objective().rollouts_per_goal >= 1
 
 
 def packed(group=(0, 0)):

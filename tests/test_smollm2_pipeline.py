@@ -37,7 +37,7 @@ def cli(cwd: Path, data_dir: Path, *args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
+def pipeline_dir(tmp_path_factory) -> Path:
     """A fresh working directory whose ``data/models/smollm2-135m-instruct`` (where ``load_policy`` converts the
     packaged GGUF) links to a conversion made in the session's temporary folder."""
     try:
@@ -52,22 +52,22 @@ def workdir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sft_adapter(workdir, real_data_dir) -> Path:
+def sft_adapter(pipeline_dir, real_data_dir) -> Path:
     """One LoRA SFT step over two processes on four oracle demonstrations, no validation, exported to ADAPTER."""
-    cli(workdir, real_data_dir, "fit", *SFT, *QUIET, "--trainer.max_steps=1", "--trainer.limit_val_batches=0",
+    cli(pipeline_dir, real_data_dir, "fit", *SFT, *QUIET, "--trainer.max_steps=1", "--trainer.limit_val_batches=0",
         "--data.num_demos=4", "--data.num_val_demos=0", "--data.eval_goals=0", "--data.batch_size=1",
         f"--model.export_dir={ADAPTER}")
-    return workdir / ADAPTER
+    return pipeline_dir / ADAPTER
 
 
 @pytest.fixture(scope="module")
-def apo_run(workdir, real_data_dir, sft_adapter) -> Path:
+def apo_run(pipeline_dir, real_data_dir, sft_adapter) -> Path:
     """One A*-PO step from the SFT adapter over two processes: stage 1 with one sample on each of two training goals
     (one per process), then one training batch of one goal per process; no validation."""
-    cli(workdir, real_data_dir, "fit", *APO, *QUIET, *EPISODES, f"--model.model_name_or_path={ADAPTER}",
+    cli(pipeline_dir, real_data_dir, "fit", *APO, *QUIET, *EPISODES, f"--model.model_name_or_path={ADAPTER}",
         "--trainer.max_steps=1", "--trainer.limit_val_batches=0", "--data.train_goals=2", "--data.batch_size=1",
         "--data.vstar.num_samples=1")
-    return workdir
+    return pipeline_dir
 
 
 def adapter_weights(folder: Path) -> list[str]:
