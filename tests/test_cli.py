@@ -180,3 +180,17 @@ def test_resuming_a_finished_run_continues_it_without_checkpoint_twins(finished_
     names = sorted(p.name for p in (cwd / "checkpoints/smoke").iterdir())
     assert "last.ckpt" in names and not any("-v" in name for name in names), names
     assert torch.load(cwd / "checkpoints/smoke/last.ckpt", weights_only=False)["global_step"] == 3
+
+
+def test_a_folder_two_checkpoint_callbacks_share_is_listed_once():
+    from jsonargparse import Namespace
+
+    from apo_lightning.lit.cli import describe_outputs
+
+    def checkpoint(**settings):
+        return Namespace(class_path="lightning.pytorch.callbacks.ModelCheckpoint",
+                         init_args=Namespace(dirpath="checkpoints/x", **settings))
+
+    config = Namespace(trainer=Namespace(callbacks=[checkpoint(monitor="val/score"), checkpoint(save_last=True)]))
+    text = describe_outputs(config, Path("lightning_logs/x/version_0"))
+    assert text.count("checkpoints/x") == 1 and "lightning_logs/x/version_0" in text

@@ -168,6 +168,12 @@ class APOLightningCLI(LightningCLI):
             rank_zero_info(describe_outputs(self.config[self.subcommand], Path(self.trainer.log_dir)))
 
 
+def checkpoint_callbacks(config) -> list[Namespace]:
+    """The ``init_args`` of the config's ``ModelCheckpoint`` callbacks, in order."""
+    return [c.init_args for c in config.trainer.callbacks or []
+            if getattr(c, "class_path", "").endswith("ModelCheckpoint")]
+
+
 def resume_checkpoint(config) -> Path | None:
     """The checkpoint file ``fit --ckpt_path`` resumes: the file itself, or for ``last`` the ``last.ckpt`` of the
     config's ``ModelCheckpoint`` folders (the newest when several hold one); None without one."""
@@ -176,8 +182,7 @@ def resume_checkpoint(config) -> Path | None:
         return None
     if ckpt_path != "last":
         return Path(ckpt_path) if Path(ckpt_path).is_file() else None
-    found = [Path(c.init_args.dirpath) / "last.ckpt" for c in config.trainer.callbacks or []
-             if getattr(c, "class_path", "").endswith("ModelCheckpoint") and c.init_args.get("dirpath")]
+    found = [Path(args.dirpath) / "last.ckpt" for args in checkpoint_callbacks(config) if args.get("dirpath")]
     found = [f for f in found if f.is_file()]
     return max(found, key=lambda f: f.stat().st_mtime) if found else None
 
@@ -240,8 +245,7 @@ def best_checkpoint(config) -> str:
         ValueError: the config has no ``ModelCheckpoint`` with a ``monitor``.
         FileNotFoundError: no checkpoint in its folder records a best file, or that file is gone.
     """
-    monitored = [c.init_args for c in config.trainer.callbacks or [] if getattr(c, "class_path", "").endswith(
-        "ModelCheckpoint") and c.init_args.get("monitor")]
+    monitored = [args for args in checkpoint_callbacks(config) if args.get("monitor")]
     if not monitored or monitored[0].get("dirpath") is None:
         raise ValueError("--ckpt_path best needs a ModelCheckpoint callback with a monitor and a dirpath (or "
                          "--run_name) in the config; give a checkpoint file or 'last' instead")
@@ -335,10 +339,8 @@ def refuse_to_overwrite(config) -> None:
     Raises:
         SettingError: naming the folder and its files, and how to resume the run or start afresh.
     """
-    for callback in config.trainer.callbacks or []:
-        if not getattr(callback, "class_path", "").endswith("ModelCheckpoint"):
-            continue
-        folder = callback.init_args.get("dirpath")
+    for args in checkpoint_callbacks(config):
+        folder = args.get("dirpath")
         files = sorted(Path(folder).glob("*.ckpt"), key=lambda f: f.stat().st_mtime) if folder else []
         if files:
             resume = "last" if any(f.name == "last.ckpt" for f in files) else str(files[-1])
@@ -376,6 +378,7 @@ def describe_outputs(config, log_dir: Path) -> str:
     data = config.data.init_args if config.get("data") else Namespace()
     if data.get("tiny") is not None and data.get("model_name_or_path"):
         rows.append(("data.tiny (a fresh tiny policy)", data.model_name_or_path))
+    rows = list(dict.fromkeys(rows))  # two ModelCheckpoint callbacks usually share one folder
     width = max(len(label) for label, _ in rows)
     return "This run writes to:\n" + "\n".join(f"  {label:<{width}}  {path}" for label, path in rows)
 
