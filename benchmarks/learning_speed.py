@@ -26,6 +26,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from apo_lightning.apo import objectives
 from apo_lightning.eval.training_logs import read_scalars, sixths
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,17 +80,20 @@ def fit(setting: str, name: str, seed: int, workdir: Path, processes: int, threa
 def run(args: argparse.Namespace, objective: str, seed: int, workdir: Path) -> dict:
     """One training run; returns its figures."""
     setting = SETTINGS[args.setting]
-    goals = setting["goals"] // (setting["group"] if objective == "GRPO" else 1)
-    per_step = goals * (setting["group"] if objective == "GRPO" else 1) * args.processes
+    kind = getattr(objectives, objective)
+    group = setting["group"] if kind().rollouts_per_goal > 1 else 1  # an objective that compares a goal's rollouts
+    refresh = args.refresh_every and kind.needs_v_star
+    goals = setting["goals"] // group
+    per_step = goals * group * args.processes
     steps = args.trajectories // per_step
-    if args.refresh_every and objective != "GRPO":  # refresh rollouts: train_goals x N every refresh_every steps
+    if refresh:  # refresh rollouts: train_goals x N every refresh_every steps
         refresh_cost = args.train_goals * args.refresh_samples
         steps = int(args.trajectories // (per_step + refresh_cost / args.refresh_every))
     overrides = [f"--model.objective={objective}", f"--data.batch_size={goals}", f"--trainer.max_steps={steps}",
                  f"--data.steps_per_epoch={steps}", *args.extra]
-    if objective == "GRPO":
-        overrides.append(f"--model.objective.group_size={setting['group']}")
-    if args.refresh_every and objective != "GRPO":
+    if group > 1:
+        overrides.append(f"--model.objective.group_size={group}")
+    if refresh:
         overrides += [f"--data.vstar.refresh_every={args.refresh_every}",
                       f"--data.vstar.num_samples={args.refresh_samples}"]
     seconds, values = fit(args.setting, f"{objective}-{seed}", seed, workdir, args.processes, args.threads,

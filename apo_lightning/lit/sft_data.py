@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -138,8 +139,14 @@ class SFTDataModule(WebShopDataModule):
         self.tokenizer = None
 
     # ------------------------------------------------------------------------------------------------ build
+    @cached_property
+    def tokenizer_dir(self) -> str:
+        """The folder of the policy's tokenizer: a model directory, an adapter folder or its base
+        (``models.loading.tokenizer_folder``; resolved once, after ``prepare_data`` made the policy)."""
+        return tokenizer_folder(self.model_name_or_path)
+
     def _demonstrations(self) -> tuple[Path, Path]:
-        tokenizer = tokenizer_folder(self.model_name_or_path)  # a model directory, an adapter folder or its base
+        tokenizer = self.tokenizer_dir
         train = demonstration_cache(self.cache_dir, self.env, self.chat, tokenizer,
                                     {"train": self.env.split("train")[: self.num_demos]}, self.max_new_tokens,
                                     self.demo_noise, self.seed)
@@ -155,7 +162,7 @@ class SFTDataModule(WebShopDataModule):
     def setup(self, stage: str | None = None) -> None:
         train, val = self._demonstrations()
         self.train_examples, self.val_examples = load_demonstrations(train)["train"], load_demonstrations(val)["val"]
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder(self.model_name_or_path))
+        self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_dir)
         train = self.env.split("train")
         held_out = max(1, min(self.drills.held_out_goals, len(train) // 10))
         self.drill_source = TurnDrills(self.shop, self.chat, self.tokenizer, train[:-held_out],
