@@ -356,6 +356,25 @@ def test_prefill_per_row_gives_the_same_samples_as_the_padded_batch(chained, tok
         engine_for(chained, tokenizer, prefill="sideways")
 
 
+def test_packed_weights_give_the_same_samples(chained, tokenizer, shop, monkeypatch):
+    """Decoding with oneDNN-packed weights (``rollout.packed``) changes nothing but the cost, and the packed path is
+    the one taken: every decode step goes through it."""
+    from apo_lightning.rollout import packed
+
+    plain = play(engine_for(chained, tokenizer), shop, seed=21)
+    calls = []
+    real = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(packed, "_linear_pointwise", lambda *a: calls.append(a[0].shape[0]) or real(*a))
+    packed_run = play(engine_for(chained, tokenizer, pack_weights=True), shop, seed=21)
+    assert calls and max(calls) <= packed.MAX_PACKED_ROWS
+    assert replies(packed_run) == replies(plain)
+    for a, b in zip(packed_run, plain):
+        assert [s.token_ids for s in a.segments] == [s.token_ids for s in b.segments]
+        for s, r in zip(a.segments, b.segments):
+            assert s.logp == pytest.approx(r.logp, abs=TOLERANCE)
+    assert all("forward" not in vars(m) for m in chained.modules())  # the layers are as before
+
+
 def test_greedy_is_deterministic_and_batch_invariant(model, tokenizer, shop):
     engine = engine_for(model, tokenizer, greedy=True, max_new_tokens=12)
     batched = play(engine, shop, goals=GOALS[:4], seed=7, max_steps=2)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Sequence
 
@@ -22,6 +23,7 @@ from ..webshop import WebShop, WebShopEnv
 from .chat import ChatFormat, ParsedReply, parse_reply
 from .constrained import ClickConstraint
 from .kv_cache import Past, extract_past, new_cache, stack_pasts
+from .packed import packed_linears
 from .segments import ChatHistory, PromptSegmenter
 from .trajectory import Trajectory, Turn
 
@@ -58,6 +60,8 @@ class RolloutEngine:
         valid_clicks: constrain each reply's click argument to the current page's clickables (``constrained``),
             token by token, greedy and sampled alike; the recorded log-probabilities stay the unconstrained
             policy's.
+        pack_weights: on a CPU, decode with oneDNN-packed copies of the linear weights, made once per
+            :meth:`rollout` (``rollout.packed``); the same policy up to float rounding. Ignored elsewhere.
 
     Raises:
         ValueError: ``temperature`` ≤ 0, ``top_p`` outside (0, 1], an unknown ``prefill``, or a context budget
@@ -66,7 +70,8 @@ class RolloutEngine:
 
     def __init__(self, model, tokenizer, chat: ChatFormat | None = None, max_new_tokens: int = 64,
                  temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, reuse_cache: bool = True,
-                 prefill: Literal["batched", "per_row"] = "batched", valid_clicks: bool = False):
+                 prefill: Literal["batched", "per_row"] = "batched", valid_clicks: bool = False,
+                 pack_weights: bool = False):
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
         if not 0 < top_p <= 1:
@@ -82,6 +87,7 @@ class RolloutEngine:
         if prefill not in ("batched", "per_row"):
             raise ValueError(f"prefill must be 'batched' or 'per_row', got {prefill!r}")
         self.prefill = prefill
+        self.pack_weights = pack_weights
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_ids = self._eos_ids()
         self.segmenter = PromptSegmenter(tokenizer, self.chat, max_new_tokens, self.eos_ids)
@@ -130,7 +136,7 @@ class RolloutEngine:
         generator = torch.Generator(device="cpu").manual_seed(seed)
         if self.click_constraint is not None:
             self.click_constraint.clear()
-        start, gen_tokens, forward_s = time.perf_counter(), 0, 0.0
+        start = time.perf_counter()
         episodes = []
         for env, goal_index in zip(envs, goal_indices):
             observation = env.reset(goal_index)
@@ -139,6 +145,21 @@ class RolloutEngine:
             self.segmenter.new_segment(ep.trajectory, ep.history)
             episodes.append(ep)
 
+        pack = self.pack_weights and demonstrators is None  # a demonstrator's turns never call the model
+        with packed_linears(self.model, len(envs)) if pack else nullcontext():
+            forward_s, gen_tokens = self._play(episodes, generator, demonstrators)
+        if was_training:
+            self.model.train()
+        elapsed = time.perf_counter() - start
+        self.stats = {"episodes": len(episodes), "seconds": elapsed, "generate_seconds": forward_s,
+                      "generated_tokens": gen_tokens, "episodes_per_s": len(episodes) / elapsed,
+                      "tokens_per_s": gen_tokens / elapsed}
+        return [ep.trajectory for ep in episodes]
+
+    def _play(self, episodes: list[_Episode], generator: torch.Generator,
+              demonstrators: Sequence[Callable] | None) -> tuple[float, int]:
+        """Take turns until every episode is done; returns (seconds spent producing replies, reply tokens)."""
+        forward_s, gen_tokens = 0.0, 0
         while True:
             live = [ep for ep in episodes if not ep.done]
             if not live:
@@ -160,14 +181,7 @@ class RolloutEngine:
                 gen_tokens += len(ids)
                 restarted = self._apply_reply(ep, ids, logp, stop, target)
                 ep.past = None if restarted or ep.done else past  # a rebuilt context starts afresh
-
-        if was_training:
-            self.model.train()
-        elapsed = time.perf_counter() - start
-        self.stats = {"episodes": len(episodes), "seconds": elapsed, "generate_seconds": forward_s,
-                      "generated_tokens": gen_tokens, "episodes_per_s": len(episodes) / elapsed,
-                      "tokens_per_s": gen_tokens / elapsed}
-        return [ep.trajectory for ep in episodes]
+        return forward_s, gen_tokens
 
     def _set_turn_message(self, ep: _Episode) -> None:
         """The current turn's user message, shortened and in full."""
