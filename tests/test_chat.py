@@ -12,6 +12,8 @@ from apo_lightning.rollout.chat import (
     EMPTY_REPLY,
     NO_ACTION_IN_ANSWER,
     NO_ANSWER_TAG,
+    ONE_SHOT_INSTRUCTION,
+    ONE_SHOT_TURNS,
     ChatFormat,
     cut_middle,
     observation_lines,
@@ -326,6 +328,19 @@ def test_messages_put_the_task_before_the_first_listed_turn():
     assert chat.task_message("buy socks") == "Task: buy socks"
 
 
+def test_one_shot_puts_the_example_episode_before_the_task():
+    chat = ChatFormat(system_prompt="SYS", task_prompt="Task: {instruction}", one_shot=True)
+    messages = chat.messages("buy socks", [("Turn 1", None)])
+    example = 2 * len(ONE_SHOT_TURNS)
+    assert len(messages) == 1 + example + 1
+    assert messages[1] == {"role": "user", "content": f"Task: {ONE_SHOT_INSTRUCTION}\n\n{ONE_SHOT_TURNS[0][0]}"}
+    assert [m["content"] for m in messages[2:1 + example:2]] == [reply for _, reply in ONE_SHOT_TURNS]
+    assert messages[-1] == {"role": "user", "content": "Task: buy socks\n\nTurn 1"}
+    # every example reply is a well-formed action, and the last one buys
+    assert [parse_reply(reply).action for _, reply in ONE_SHOT_TURNS][-1] == "click[buy now]"
+    assert all(parse_reply(reply).error is None for _, reply in ONE_SHOT_TURNS)
+
+
 # ------------------------------------------------------------------------------------------------ cut_middle
 def test_cut_middle():
     text = "abcdefghijklmnopqrstuvwxyz"
@@ -357,7 +372,8 @@ def test_episode_reward_score_or_success_plus_the_format_penalty():
 
 def test_cache_key_parts_hold_every_setting_and_keep_the_cached_keys():
     assert ChatFormat().key_parts() == {**ChatFormat(format_penalty=-0.2).key_parts(), "format_penalty": -0.1}
-    assert set(ChatFormat().key_parts()) == set(ChatFormat.__dataclass_fields__)
+    assert set(ChatFormat(one_shot=True).key_parts()) == set(ChatFormat.__dataclass_fields__)
+    assert cache_key(ChatFormat(one_shot=True).key_parts()) != cache_key(ChatFormat().key_parts())
     # the key of the default format, as the V* and demonstration caches on disk were stored under
     assert cache_key(ChatFormat().key_parts()) == "63e40c4ff5efbb4beb5fcdd0d34383cc66f5f8df6fbd40b4eac958596beb6a04"
 

@@ -20,6 +20,31 @@ DEFAULT_TASK_PROMPT = (
     "instruction, then click buy now. Reply with <think>your reasoning</think><answer>one action</answer>, "
     "where the action is search[query] or click[item] with an item shown in brackets."
 )
+#: A worked example episode for ``ChatFormat.one_shot``: the oracle's four turns on a training goal of the real 1k
+#: catalog (goal 1513), its query shortened and its results page cut to three products. ReAct prompts WebShop with
+#: one such episode (Yao et al. 2023, "ReAct", §4 and Appendix C.3).
+ONE_SHOT_INSTRUCTION = ("Find me wall mounted, white item, easy clean tv stands for living room with color: concrete "
+                        "gray, and price lower than 110.00 dollars")
+ONE_SHOT_TURNS = (
+    ("Turn 1 (15 actions left):\nSearch\nActions: search[<query>]",
+     "<think>I search for the product in the instruction.</think><answer>search[wall mounted white tv stand for "
+     "living room concrete gray]</answer>"),
+    ("Turn 2 (14 actions left):\n[Back to Search]\nPage 1 (Total results: 50)\n[Next >]\n[B09F6SCW47]\n"
+     "hongxinq Floating TV Stand with Storage Shelves, Chipboard Wall Mounted Hanging Television Cabinet, Modern "
+     "Storage Cabinet for Living Room, Bedroom, 12Inx11.8Inx35.4In, White\n$90.79\n[B09S6S7LG1]\nTV Stand for 70 "
+     "Inch TV Entertainment Center Stand TV Stand with Storage for TV Console Cabinet Media Cable Box Gaming 70 inch "
+     "TV Stands for Bedroom Living Room\n$169.99\n[B09MNNBDTJ]\nWoody BL-EF Electric Fireplace 77\" TV Stand "
+     "(White/Gray)\n$100.0\nActions: click[<an item in brackets>]",
+     "<think>B09F6SCW47 is a white wall mounted tv stand under 110 dollars.</think><answer>click[B09F6SCW47]</answer>"),
+    ("Turn 3 (13 actions left):\n[Back to Search]\n[< Prev]\ncolor\n[brown]\n[concrete gray]\n[grey]\n[white]\n"
+     "[white+brown]\nhongxinq Floating TV Stand with Storage Shelves, Chipboard Wall Mounted Hanging Television "
+     "Cabinet, Modern Storage Cabinet for Living Room, Bedroom, 12Inx11.8Inx35.4In, White\nPrice: $90.79\nRating: "
+     "N.A.\n[Description]\n[Features]\n[Reviews]\n[Buy Now]\nActions: click[<an item in brackets>]",
+     "<think>The instruction asks for color: concrete gray.</think><answer>click[concrete gray]</answer>"),
+    ("Turn 4 (12 actions left):\n(the same page as before; you did click[concrete gray])\nActions: click[<an item in "
+     "brackets>]",
+     "<think>The options match the instruction, so I buy it.</think><answer>click[buy now]</answer>"),
+)
 #: Where a reply's answer opens (``parse_reply``; ``constrained`` finds the click being typed after it).
 ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 _ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
@@ -137,6 +162,9 @@ class ChatFormat:
             right product with a wrong option about 0.2; ``"success"`` charges it the full 1.
         repeat_pages: "full" shows every page in full (RAGEN); "short" replaces a page identical to the previous
             turn's by one line (saves hundreds of tokens per option click).
+        one_shot: put a worked example episode (:data:`ONE_SHOT_TURNS`, about 600 tokens) before the task, as
+            earlier chat turns: one-shot prompting (Brown et al. 2020; ReAct's WebShop prompt, Yao et al. 2023), for
+            a model prompted without training on this format.
     """
 
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
@@ -147,6 +175,7 @@ class ChatFormat:
     format_penalty: float = -0.1
     repeat_pages: RepeatPages = "short"
     reward: RewardKind = "score"
+    one_shot: bool = False
 
     def __post_init__(self) -> None:
         """Raise ValueError for a setting out of range, named as its key under a data module (``chat.<setting>``)."""
@@ -162,8 +191,12 @@ class ChatFormat:
             raise ValueError(f"chat.context_budget must be >= 64 (tokens), got {self.context_budget}")
 
     def key_parts(self) -> dict[str, Any]:
-        """Every setting, for cache keys (stage-1 V* tables, demonstrations)."""
-        return asdict(self)
+        """Every setting, for cache keys (stage-1 V* tables, demonstrations); ``one_shot`` only when it is on, so
+        the keys of caches made without it stay valid."""
+        parts = asdict(self)
+        if not self.one_shot:
+            del parts["one_shot"]
+        return parts
 
     def turn_message(self, turn: int, turns_left: int | None, observation: str, available_actions: dict[str, Any],
                      previous_observation: str | None = None, last_action: str | None = None) -> str:
@@ -198,9 +231,16 @@ class ChatFormat:
     def messages(self, instruction: str, turns: list[tuple[str, str | None]]) -> list[dict[str, str]]:
         """Chat messages for ``turns`` = [(user turn message, reply or None for the current turn), ...].
 
-        The task message is prepended to the first listed turn's user message.
+        The task message is prepended to the first listed turn's user message; with ``one_shot`` the example
+        episode's messages come first, in the same form.
         """
         messages = [{"role": "system", "content": self.system_prompt}]
+        if self.one_shot:
+            messages += self._turn_messages(ONE_SHOT_INSTRUCTION, ONE_SHOT_TURNS)
+        return messages + self._turn_messages(instruction, turns)
+
+    def _turn_messages(self, instruction: str, turns) -> list[dict[str, str]]:
+        messages = []
         for i, (user, reply) in enumerate(turns):
             content = f"{self.task_message(instruction)}\n\n{user}" if i == 0 else user
             messages.append({"role": "user", "content": content})
