@@ -8,13 +8,15 @@
 
 Files: ``catalog`` (raw files -> processed products, prices), ``goals`` (synthetic/human goals, splits),
 ``search`` (Lucene-compatible BM25), ``pages`` (observations, clickables), ``reward``, ``shop`` (the loaded
-catalog), ``env`` (one session), ``settings`` (a run's WebShop settings, ``EnvConfig``), ``synthetic`` (the
+catalog), ``env`` (one session), ``gym_env`` (gymnasium's API: ``gymnasium.make("apo_lightning/WebShop-v0")``,
+registered on import), ``settings`` (a run's WebShop settings, ``EnvConfig``), ``synthetic`` (the
 generated default catalog; its vocabulary is ``data/synthetic_vocabulary.json``), ``datadir`` (where the data is
 read from), ``download`` (fetch and verify the 1k files), ``__main__`` (play, download).
 """
 
 from .catalog import WebShopDataError
 from .env import WebShopEnv, parse_action
+from .gym_env import ENV_ID, WebShopGymEnv
 from .shop import WebShop
 
-__all__ = ["WebShop", "WebShopEnv", "WebShopDataError", "parse_action"]
+__all__ = ["ENV_ID", "WebShop", "WebShopEnv", "WebShopGymEnv", "WebShopDataError", "parse_action"]
