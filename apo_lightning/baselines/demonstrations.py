@@ -9,17 +9,23 @@ Learning"): at a decision the demonstrator sometimes takes a wrong click — ano
 another value of an option — and then recovers (back to the results, or the right value). The mistake stays in the
 context but is masked out of the loss; the recovery is learned. A policy trained on them has seen, and knows how to
 leave, states off the oracle's path.
+
+Sessions a person recorded (``python -m apo_lightning.webshop serve --record FILE``) become demonstrations the same
+way: :class:`RecordedDemonstrator` replays their actions with the oracle's reply wording (:func:`reply_for`).
 """
 
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from typing import Collection, Sequence
 
+from ..rollout.chat import parse_reply
 from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory
 from ..utils.seeds import derive_seed
 from ..webshop import WebShopEnv
+from ..webshop.pages import LINK
+from ..webshop.sessions import RecordedEpisode, check_episode
 from .scripted import OraclePolicy, product_links
 
 
@@ -35,7 +41,7 @@ def reply_for(action: str, env: WebShopEnv) -> str:
         thought = "No product on this page matches, so I look at the next page."
     elif arg == "back to search":
         thought = "The results do not match, so I search again."
-    elif env.page.kind == "search_results":
+    elif env.page.kind == "search_results" and getattr(env.page.clickables.get(arg.lower()), "kind", None) == LINK:
         # the env lower-cases the argument, so write the ASIN as the page shows it: a plain copy for the model
         arg = arg.upper()
         action = f"click[{arg}]"
@@ -125,3 +131,79 @@ def oracle_demonstrations(engine: RolloutEngine, envs: Sequence[WebShopEnv], goa
         chunk = [g for g, _ in chunk]
         trajectories += engine.rollout(envs[: len(chunk)], chunk, seed=0, demonstrators=demonstrators)
     return [t for t in trajectories if t.success or not successful_only]
+
+
+class RecordedDemonstrator:
+    """Replies that take a recorded session's actions in order, worded as the oracle's (:func:`reply_for`).
+
+    Args:
+        episode: the recorded session (``webshop.sessions``).
+
+    Calling it with the env before each turn returns the reply for the next recorded action.
+
+    Raises:
+        ValueError (on a call): the episode goes on after its recorded actions, or an action the chat format cannot
+            carry (its reply would parse to another action: brackets or a line break in the argument).
+    """
+
+    def __init__(self, episode: RecordedEpisode) -> None:
+        self.episode = episode
+
+    def __call__(self, env: WebShopEnv) -> str:
+        actions = self.episode.actions
+        if env.num_steps >= len(actions):
+            raise ValueError(f"{self.episode.source}: the episode did not end after its {len(actions)} recorded "
+                             "actions; was it recorded on this catalog?")
+        action = actions[env.num_steps]
+        reply = reply_for(action, env) if "[" in action else f"<answer>{action}</answer>"
+        parsed = parse_reply(reply).action
+        if parsed is None or parsed.lower() != action.lower():
+            raise ValueError(f"{self.episode.source}: action {env.num_steps + 1}, {action!r}, cannot be written as "
+                             f"a reply (it parses as {parsed!r}); remove the session from the file")
+        return reply
+
+
+def recorded_demonstrations(engine: RolloutEngine, envs: Sequence[WebShopEnv], episodes: Sequence[RecordedEpisode],
+                            allowed_goals: Collection[int] | None = None) -> list[Trajectory]:
+    """Recorded sessions as trajectories, rendered and tokenized by ``engine``: each turn's reply is the
+    :class:`RecordedDemonstrator`'s for the recorded action, in the loss like an oracle reply.
+
+    Args:
+        engine: the rollout engine (its model is not called).
+        envs: envs over the catalog the sessions were recorded on, with a step limit (at least 1).
+        episodes: the sessions (``webshop.sessions.read_sessions``).
+        allowed_goals: the goals sessions may be on (the training goals; None = any).
+
+    Returns:
+        One trajectory per session, in order; each took exactly the recorded actions and reached the recorded score.
+
+    Raises:
+        ValueError: a session on another catalog (``webshop.sessions.check_episode``), on a goal outside
+            ``allowed_goals``, with more actions than the step limit, with an action a reply cannot carry, or whose
+            replay does not reach its recorded actions and score.
+    """
+    if not envs:
+        raise ValueError("recorded_demonstrations needs at least one env")
+    limit = envs[0].max_steps
+    for episode in episodes:
+        check_episode(envs[0].shop, episode)
+        if allowed_goals is not None and episode.goal_index not in allowed_goals:
+            raise ValueError(f"{episode.source}: goal {episode.goal_index} is not a training goal; record "
+                             "demonstrations with `serve --split train` (the other splits are for evaluation)")
+        if limit is not None and len(episode.actions) > limit:
+            raise ValueError(f"{episode.source}: {len(episode.actions)} actions, more than the step limit "
+                             f"max_steps={limit}; raise data.env.max_steps or drop the session")
+    trajectories: list[Trajectory] = []
+    for start in range(0, len(episodes), len(envs)):
+        chunk = list(episodes[start:start + len(envs)])
+        played = engine.rollout(envs[: len(chunk)], [e.goal_index for e in chunk], seed=0,
+                                demonstrators=[RecordedDemonstrator(e) for e in chunk])
+        for episode, trajectory in zip(chunk, played):
+            actions = [t.action for t in trajectory.turns]
+            if [(a or "").lower() for a in actions] != [a.lower() for a in episode.actions] or (
+                    episode.score is not None and trajectory.score != episode.score):
+                raise ValueError(f"{episode.source}: replayed as {actions} with score {trajectory.score}, but "
+                                 f"recorded as {episode.actions} with score {episode.score}; was it recorded with "
+                                 "this catalog and these env settings?")
+        trajectories += played
+    return trajectories

@@ -16,12 +16,13 @@ from typing import Sequence
 import torch
 from transformers import AutoTokenizer
 
-from ..baselines.demonstrations import oracle_demonstrations
+from ..baselines.demonstrations import oracle_demonstrations, recorded_demonstrations
 from ..models.hub import TOKENIZER_FILES
 from ..rollout.chat import ChatFormat
 from ..rollout.engine import RolloutEngine
 from ..utils.files import atomic_write
 from ..utils.hashing import cache_key, hash_files
+from ..webshop.sessions import read_sessions
 from .settings import EnvConfig
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class _NoModel:
 
 def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat, tokenizer_dir: str,
                         goal_sets: dict[str, Sequence[int]], max_new_tokens: int, noise: DemoNoise = DemoNoise(),
-                        seed: int = 0) -> Path:
+                        seed: int = 0, recorded: str | None = None) -> Path:
     """Build (once) and return the cache file of successful oracle demonstrations on each named goal set.
 
     Args:
@@ -75,14 +76,24 @@ def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat,
         max_new_tokens: the reply token limit (a longer reply would be cut there, as in a rollout).
         noise: mistakes in the demonstrations (:class:`DemoNoise`); the default makes none.
         seed: seeds the mistakes.
+        recorded: a sessions file (``python -m apo_lightning.webshop serve --record FILE``): its sessions, on
+            training goals, become one more set, ``"recorded"`` (``baselines.demonstrations.recorded_demonstrations``).
 
     Returns:
         The file; :func:`load_demonstrations` reads it.
+
+    Raises:
+        FileNotFoundError, ValueError: ``recorded`` is missing, malformed, or holds a session that does not replay
+            here (``recorded_demonstrations``).
     """
-    key = cache_key({"data": str(env.shop().data_dir.resolve()), "env": asdict(env), "chat": chat.key_parts(),
-                     "goals": {k: list(v) for k, v in goal_sets.items()}, "max_new_tokens": max_new_tokens,
-                     "tokenizer": hash_files(tokenizer_dir, TOKENIZER_FILES), "noise": asdict(noise),
-                     "seed": seed if noise.probability else 0, "format": "oracle-v5"})
+    parts = {"data": str(env.shop().data_dir.resolve()), "env": asdict(env), "chat": chat.key_parts(),
+             "goals": {k: list(v) for k, v in goal_sets.items()}, "max_new_tokens": max_new_tokens,
+             "tokenizer": hash_files(tokenizer_dir, TOKENIZER_FILES), "noise": asdict(noise),
+             "seed": seed if noise.probability else 0, "format": "oracle-v5"}
+    episodes = read_sessions(recorded) if recorded is not None else None
+    if episodes is not None:
+        parts["recorded"] = [[e.goal_index, e.actions, e.score] for e in episodes]
+    key = cache_key(parts)
     path = Path(cache_dir) / f"demos-{key[:16]}.pt"
     if path.exists():
         return path
@@ -93,14 +104,22 @@ def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat,
     for name, goals in goal_sets.items():
         demos = oracle_demonstrations(engine, envs, list(goals), noise=noise.probability, seed=seed,
                                       copies=noise.copies)
-        segments = [(t.goal_index, s) for t in demos for s in t.segments]
-        data[name] = {"input_ids": [torch.tensor(s.token_ids, dtype=torch.int32) for _, s in segments],
-                      "gen_mask": [torch.tensor(s.gen_mask, dtype=torch.uint8) for _, s in segments],
-                      "goal_index": [g for g, _ in segments]}
+        data[name] = _tensors(demos)
         log.info("%d %s demonstrations from %d goals", len(demos), name, len(goals))
+    if episodes is not None:
+        data["recorded"] = _tensors(recorded_demonstrations(engine, envs, episodes, env.split("train")))
+        log.info("%d recorded demonstrations from %s", len(episodes), recorded)
     with atomic_write(path, "wb") as f:
         torch.save(data, f)
     return path
+
+
+def _tensors(demos: list) -> dict[str, list]:
+    """The segments of demonstration trajectories as the cache stores them: token ids, gen masks, goal indices."""
+    segments = [(t.goal_index, s) for t in demos for s in t.segments]
+    return {"input_ids": [torch.tensor(s.token_ids, dtype=torch.int32) for _, s in segments],
+            "gen_mask": [torch.tensor(s.gen_mask, dtype=torch.uint8) for _, s in segments],
+            "goal_index": [g for g, _ in segments]}
 
 
 def load_demonstrations(path: str | Path) -> dict[str, list[dict]]:

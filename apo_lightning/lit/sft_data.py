@@ -104,13 +104,17 @@ class SFTDataModule(WebShopDataModule):
         demo_noise: DART noise in the training demonstrations (:class:`~apo_lightning.lit.demos.DemoNoise`); none
             by default. Validation demonstrations are the plain oracle's.
         cache_dir: where tokenized demonstrations are cached, keyed by everything they depend on.
+        recorded_demos: a sessions file recorded by people (``python -m apo_lightning.webshop serve --split train
+            --record FILE``); each session is one more training demonstration, its replies worded as the oracle's
+            (``baselines.demonstrations.recorded_demonstrations``). None: the oracle's only.
     """
 
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
                  model_name_or_path: str = "data/models/tiny-init", tiny: TinyPolicySpec | None = None, seed: int = 0,
                  drills: DrillSettings = DrillSettings(), num_demos: int = 2000, demo_epochs: int = 1,
                  num_val_demos: int = 64, batch_size: int = 4, eval_goals: int = 32, eval_batch_size: int = 32,
-                 max_new_tokens: int = 64, demo_noise: DemoNoise = DemoNoise(), cache_dir: str = "data/sft"):
+                 max_new_tokens: int = 64, demo_noise: DemoNoise = DemoNoise(), cache_dir: str = "data/sft",
+                 recorded_demos: str | None = None):
         super().__init__()
         for name, value, least in (("num_demos", num_demos, 0), ("demo_epochs", demo_epochs, 0),
                                    ("num_val_demos", num_val_demos, 0), ("batch_size", batch_size, 1),
@@ -133,6 +137,7 @@ class SFTDataModule(WebShopDataModule):
         self.max_new_tokens = max_new_tokens
         self.demo_noise = demo_noise
         self.cache_dir = Path(cache_dir)
+        self.recorded_demos = recorded_demos
         self.train_examples: list[dict] = []
         self.val_examples: list[dict] = []
         self.stream: StepStream | None = None
@@ -149,7 +154,7 @@ class SFTDataModule(WebShopDataModule):
         tokenizer = self.tokenizer_dir
         train = demonstration_cache(self.cache_dir, self.env, self.chat, tokenizer,
                                     {"train": self.env.split("train")[: self.num_demos]}, self.max_new_tokens,
-                                    self.demo_noise, self.seed)
+                                    self.demo_noise, self.seed, self.recorded_demos)
         val = demonstration_cache(self.cache_dir, self.env, self.chat, tokenizer,
                                   {"val": self.env.split("val")[: self.num_val_demos]}, self.max_new_tokens)
         return train, val
@@ -161,7 +166,9 @@ class SFTDataModule(WebShopDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         train, val = self._demonstrations()
-        self.train_examples, self.val_examples = load_demonstrations(train)["train"], load_demonstrations(val)["val"]
+        train_sets = load_demonstrations(train)
+        self.train_examples = train_sets["train"] + train_sets.get("recorded", [])
+        self.val_examples = load_demonstrations(val)["val"]
         self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_dir)
         train = self.env.split("train")
         held_out = max(1, min(self.drills.held_out_goals, len(train) // 10))

@@ -11,7 +11,8 @@ Files: ``catalog`` (raw files -> processed products, prices), ``goals`` (synthet
 catalog), ``env`` (one session), ``gym_env`` (gymnasium's API: ``gymnasium.make("apo_lightning/WebShop-v0")``,
 registered on import), ``settings`` (a run's WebShop settings, ``EnvConfig``), ``synthetic`` (the
 generated default catalog; its vocabulary is ``data/synthetic_vocabulary.json``), ``datadir`` (where the data is
-read from), ``download`` (fetch and verify the 1k files), ``__main__`` (play, download).
+read from), ``download`` (fetch and verify the 1k files), ``sessions`` (recorded episodes), ``site`` and ``serve``
+(the env as web pages for people), ``__main__`` (play, download, serve).
 """
 
 from .catalog import WebShopDataError

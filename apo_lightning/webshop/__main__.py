@@ -1,13 +1,16 @@
-"""Command line: ``python -m apo_lightning.webshop download|play``: the WebShop data, and the environment by hand.
+"""Command line: ``python -m apo_lightning.webshop download|play|serve``: the WebShop data, the env by hand.
 
     python -m apo_lightning.webshop download                      # the WebShop 1k files into data/webshop_1k
     python -m apo_lightning.webshop play --data-dir ../shared/webshop_data --goal-index 3
+    python -m apo_lightning.webshop serve --record demos.jsonl     # shop in a browser at http://127.0.0.1:3000/
 
 ``download`` fetches items_shuffle_1000.json, items_ins_v2_1000.json and items_human_ins.json from public mirrors
 (add your own with ``--url``), verifies each file's size and hashes and installs it atomically; run it again to
 resume or to check. ``play`` reads the data the rule of every command finds (``--data-dir``, else
 ``$APO_WEBSHOP_DATA``, else ``data/webshop_1k`` if present, else the synthetic catalog under data/synthetic/seed0).
-Policies (scripted or models) are evaluated with ``python -m apo_lightning.eval evaluate``.
+``serve`` shows the same env as web pages for people (``serve.py``), records sessions as SFT demonstrations and
+replays an evaluation's episodes page by page. Policies (scripted or models) are evaluated with
+``python -m apo_lightning.eval evaluate``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import logging
 import sys
 
 from . import download as dl
+from . import serve
 from .datadir import DEFAULT_DATA_DIR, resolve_data_dir
 from .env import WebShopEnv
 from .shop import WebShop
@@ -85,6 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     p_play = sub.add_parser("play", help="type actions and see observations and rewards")
     _common(p_play)
     p_play.add_argument("--goal-index", type=int, default=0)
+    p_serve = sub.add_parser("serve", help="shop in a browser on localhost; record sessions, replay episodes")
+    _common(p_serve)
+    serve.add_arguments(p_serve)
     p_download = sub.add_parser("download", help="fetch and verify the WebShop 1k data files")
     p_download.add_argument("--dest", default=str(DEFAULT_DATA_DIR),
                             help=f"data directory to install the files into (default {DEFAULT_DATA_DIR})")
@@ -103,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     p_download.add_argument("--timeout", type=float, default=60.0, help="seconds a connection may stay silent")
     p_download.add_argument("--quiet", action="store_true", help="no progress bars or per-URL messages")
     args = parser.parse_args(argv)
-    {"play": play, "download": download_command}[args.command](args)
+    {"play": play, "download": download_command, "serve": serve.main}[args.command](args)
 
 
 if __name__ == "__main__":
