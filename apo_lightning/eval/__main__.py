@@ -5,13 +5,17 @@
     python -m apo_lightning.eval evaluate --model X --split val --samples 8 --temperature 1.0  # exploration: pass@k
     python -m apo_lightning.eval compare results/reference results/apo                      # B against A, paired
     python -m apo_lightning.eval compare --common-goals results/train1024_x results/train2048_y  # on the shared goals
+    python -m apo_lightning.eval evaluate --model X --wording heldout --results-dir results/x-heldout  # other words
+    python -m apo_lightning.eval ask --model models/webshop-1k-ref "a grey throw pillow cover, under 30 dollars"
 
 ``evaluate`` shows progress bars and prints, as its last line, one JSON object: success_rate (with its Wilson 95 %
 interval), score (100 × mean WebShop score), reward, avg_turns, invalid_reply_rate, invalid_action_rate,
 generated_tokens, episodes; with ``--samples K`` also sampled_success_rate and pass_at_1 … pass_at_K with 95 %
 bootstrap intervals. ``--results-dir`` also writes the greedy episodes as a results directory (summary.csv,
 episodes.jsonl, failure_analysis.md), which ``compare`` reads. ``compare`` prints a markdown table and, last, a JSON
-object of the same figures.
+object of the same figures. ``--wording heldout`` (or ``train``) rewrites every goal's instruction from its own
+fields (``webshop.wording``) with the same goals and reward, so ``compare`` pairs it with an original-wording result.
+``ask`` plays a policy greedily on a typed instruction and prints each turn and what it bought (``eval.ask``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from ..rollout.settings import RolloutSettings
 from ..utils.files import atomic_write_text
 from ..webshop.datadir import SYNTHETIC, resolve_data_dir
 from ..webshop.settings import EnvConfig
-from .compare import common_goals, compare_episodes, format_comparison, load_episodes
+from ..webshop.wording import WORDINGS
+from .ask import EXCERPT_CHARS, ask, check_instruction, print_answer
+from .compare import common_goals, compare_episodes, differing_instructions, format_comparison, load_episodes
 from .evaluate import SCRIPTED, PolicyRollouts, greedy_summary, play_scripted, run_rollouts, sampled_summary
 from .report import write_results
 
@@ -40,7 +46,8 @@ def evaluate_command(args: argparse.Namespace) -> dict:
     data_dir, description = resolve_data_dir(args.data_dir)
     print(description, file=sys.stderr)
     env = EnvConfig(data_dir=str(data_dir) if data_dir else SYNTHETIC, goals=args.goals, seed=args.catalog_seed,
-                    split_scheme=args.split_scheme, max_steps=args.max_steps)
+                    split_scheme=args.split_scheme, max_steps=args.max_steps, wording=args.wording,
+                    wording_seed=args.wording_seed)
     shop = env.shop(announce=False)  # said above; the rollouts below find it in the same per-process cache
     goals = env.split(args.split)[: args.limit or None]
     start = time.perf_counter()
@@ -62,10 +69,12 @@ def evaluate_command(args: argparse.Namespace) -> dict:
             metrics.update(sampled_summary(run_rollouts(sampled, goals, args.processes), seed=args.seed))
             metrics["temperature"] = args.temperature
     if args.results_dir:
-        write_results(args.results_dir, trajectories, shop, method=args.method_name or args.model, split=args.split)
+        method = args.method_name or args.model + ("" if args.wording == "original" else f" ({args.wording} wording)")
+        write_results(args.results_dir, trajectories, shop, method=method, split=args.split)
     if args.save_outcomes:
         save_outcomes(args, trajectories)
-    metrics.update(model=args.model, split=args.split, seed=args.seed, seconds=round(time.perf_counter() - start, 2))
+    metrics.update(model=args.model, split=args.split, wording=args.wording, seed=args.seed,
+                   seconds=round(time.perf_counter() - start, 2))
     print(json.dumps(metrics))
     return metrics
 
@@ -75,9 +84,35 @@ def save_outcomes(args: argparse.Namespace, trajectories) -> None:
     card keeps one, and a test replays it)."""
     settings = {k: getattr(args, k) for k in ("data_dir", "goals", "catalog_seed", "split", "split_scheme", "limit",
                                               "max_steps", "max_new_tokens", "history_turns", "context_budget")}
+    if args.wording != "original":
+        settings.update(wording=args.wording, wording_seed=args.wording_seed)
     outcomes = {str(t.goal_index): {"success": t.success, "score": t.score, "turns": len(t.turns)}
                 for t in trajectories}
     atomic_write_text(args.save_outcomes, json.dumps({"settings": settings, "outcomes": outcomes}, indent=1) + "\n")
+
+
+def ask_command(args: argparse.Namespace) -> dict:
+    """Run ``ask``; print each turn and the purchase, and return the purchase (asin, title, options, score)."""
+    from ..models.loading import load_policy
+
+    try:
+        check_instruction(args.instruction)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    torch.set_num_threads(args.threads)
+    data_dir, description = resolve_data_dir(args.data_dir)
+    print(description, file=sys.stderr)
+    env = EnvConfig(data_dir=str(data_dir) if data_dir else SYNTHETIC, goals=args.goals, seed=args.catalog_seed,
+                    max_steps=args.max_steps)
+    model, tokenizer = load_policy(args.model, gguf_file=args.gguf_file, dtype=args.dtype, device=args.device)
+    answer = ask(model, tokenizer, env.shop(announce=False), args.instruction,
+                 RolloutSettings(max_new_tokens=args.max_new_tokens, valid_clicks=args.valid_clicks),
+                 ChatFormat(history_turns=args.history_turns, context_budget=args.context_budget,
+                            one_shot=args.one_shot),
+                 max_steps=args.max_steps)
+    print_answer(answer, args.excerpt_chars)
+    return {"asin": answer.asin, "title": answer.title, "options": answer.options, "score": answer.score,
+            "goal_index": answer.goal_index, "turns": len(answer.trajectory.turns)}
 
 
 def compare_command(args: argparse.Namespace) -> dict:
@@ -88,6 +123,9 @@ def compare_command(args: argparse.Namespace) -> dict:
         a, b = common_goals(a, b)
         print(f"on the {len(a)} goals both cover")
     result = compare_episodes(a, b)
+    reworded = differing_instructions(a, b)
+    if reworded:
+        print(f"the instructions differ on {reworded} of the {len(a)} goals (the same goals in other words)")
     print(format_comparison(name_a, name_b, result))
     result.update(a=name_a, b=name_b)
     print(json.dumps(result))
@@ -110,6 +148,10 @@ def main(argv: list[str] | None = None) -> dict:
     ev.add_argument("--catalog-seed", type=int, default=233, help="price/goal seed; 233 reproduces WebShop")
     ev.add_argument("--split", choices=("train", "val", "test"), default="test")
     ev.add_argument("--split-scheme", choices=("webshop", "verl"), default="webshop")
+    ev.add_argument("--wording", choices=WORDINGS, default="original",
+                    help="the instructions' words: the generator's (original), or each goal's rewritten from its own "
+                         "fields in the held-out or the training family of phrasings; the same goals and reward")
+    ev.add_argument("--wording-seed", type=int, default=0, help="seeds the rewording (with the goal index)")
     ev.add_argument("--limit", type=int, default=0, help="only the first N goals of the split")
     ev.add_argument("--batch-size", type=int, default=32, help="episodes per rollout batch")
     ev.add_argument("--max-steps", type=int, default=15, help="env steps (turns) per episode")
@@ -139,8 +181,29 @@ def main(argv: list[str] | None = None) -> dict:
     cmp.add_argument("--common-goals", action="store_true",
                      help="compare on the goals both cover (e.g. a 1,024-goal run against the first 1,024 of a "
                           "2,048-goal one) instead of refusing different goal sets")
+    ask = sub.add_parser("ask", help="play a policy greedily on an instruction you type; print each turn and the "
+                                     "purchase")
+    ask.add_argument("instruction", help="what to buy, in your words (quote it)")
+    ask.add_argument("--model", required=True, help="model directory, hub id or 'smollm2-135m-instruct'")
+    ask.add_argument("--gguf-file", default=None)
+    ask.add_argument("--data-dir", default=None,
+                     help="WebShop data folder, or 'synthetic' (default: $APO_WEBSHOP_DATA, else data/webshop_1k if "
+                          "present, else the synthetic catalog)")
+    ask.add_argument("--goals", choices=("synthetic", "human"), default="synthetic",
+                     help="the goals a typed instruction is looked up in (an exact match is scored)")
+    ask.add_argument("--catalog-seed", type=int, default=233, help="price/goal seed; 233 reproduces WebShop")
+    ask.add_argument("--max-steps", type=int, default=15, help="env steps (turns) in the episode")
+    ask.add_argument("--max-new-tokens", type=int, default=64)
+    ask.add_argument("--valid-clicks", action="store_true", help="constrain click arguments to the items on the page")
+    ask.add_argument("--history-turns", type=int, default=None, help="last k turns only (default: full)")
+    ask.add_argument("--context-budget", type=int, default=4096)
+    ask.add_argument("--one-shot", action="store_true", help="a worked example episode before the task")
+    ask.add_argument("--excerpt-chars", type=int, default=EXCERPT_CHARS, help="characters of each page shown")
+    ask.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    ask.add_argument("--device", default="cpu")
+    ask.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args(argv)
-    return evaluate_command(args) if args.command == "evaluate" else compare_command(args)
+    return {"evaluate": evaluate_command, "compare": compare_command, "ask": ask_command}[args.command](args)
 
 
 if __name__ == "__main__":

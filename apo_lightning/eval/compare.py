@@ -70,6 +70,12 @@ def common_goals(a: dict[int, dict], b: dict[int, dict]) -> tuple[dict[int, dict
     return {g: a[g] for g in sorted(shared)}, {g: b[g] for g in sorted(shared)}
 
 
+def differing_instructions(a: dict[int, dict], b: dict[int, dict]) -> int:
+    """On how many of the goals both cover the two results' instructions differ (e.g. an original-wording result
+    against a reworded one: the same goals, paired as any others)."""
+    return sum(a[g].get("instruction") != b[g].get("instruction") for g in a.keys() & b.keys())
+
+
 def compare_episodes(a: dict[int, dict], b: dict[int, dict], seed: int = 0) -> dict[str, float]:
     """Paired statistics of policy B against policy A on their common goals (see the module docstring).
 

@@ -86,7 +86,7 @@ def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat,
         FileNotFoundError, ValueError: ``recorded`` is missing, malformed, or holds a session that does not replay
             here (``recorded_demonstrations``).
     """
-    parts = {"data": str(env.shop().data_dir.resolve()), "env": asdict(env), "chat": chat.key_parts(),
+    parts = {"data": str(env.shop().data_dir.resolve()), "env": env.key_parts(), "chat": chat.key_parts(),
              "goals": {k: list(v) for k, v in goal_sets.items()}, "max_new_tokens": max_new_tokens,
              "tokenizer": hash_files(tokenizer_dir, TOKENIZER_FILES), "noise": asdict(noise),
              "seed": seed if noise.probability else 0, "format": "oracle-v5"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 import torch
@@ -117,13 +117,14 @@ class Stage1:
         """Everything the stage-1 rewards of ``goals`` depend on (the cache key's parts).
 
         β1 is not a part: the cache stores the N rewards per goal, and V* is recomputed from them for the β1 a run
-        asks for. ``valid_clicks`` is a part only when on, so tables cached before it existed keep their keys.
+        asks for. ``valid_clicks`` is a part only when on, and the env's wording settings only when not "original"
+        (``EnvConfig.key_parts``), so tables cached before they existed keep their keys.
         """
         return {
             "reference": reference_hash,
             "goals": list(goals),
             "data": str(self.env.shop().data_dir.resolve()),
-            "env": asdict(self.env),
+            "env": self.env.key_parts(),
             "chat": self.chat.key_parts(),
             "num_samples": self.settings.num_samples,
             "temperature": self.settings.temperature,

@@ -101,7 +101,8 @@ class WebShopEnv:
             ``(observation, reward, done, info)``. ``reward`` is the WebShop score at Buy Now, else 0.
             ``info``: ``valid`` (the action was executed), ``page`` (page kind after the step), ``num_steps``,
             ``truncated`` (the step limit ended the episode), and at Buy Now ``reward_info`` (the verbose reward
-            dict), ``asin`` and ``options``.
+            dict; empty, and the reward 0, for a goal without an ``asin``: ``goals.instruction_goal``), ``asin``
+            and ``options``.
 
         Raises:
             RuntimeError: ``reset`` was never called.
@@ -188,7 +189,10 @@ class WebShopEnv:
         self.page = pages.item_sub_page(self.instruction_text, product, sub_page)
 
     def _buy(self) -> float:
-        self.reward, self.reward_info = self.shop.reward(self.goal, self.asin, self.options)
+        if "asin" in self.goal:
+            self.reward, self.reward_info = self.shop.reward(self.goal, self.asin, self.options)
+        else:  # only an instruction (goals.instruction_goal): nothing to score the purchase against
+            self.reward, self.reward_info = 0.0, {}
         self.done = True
         self.url = f"{BASE_URL}/done/{self.session_id}/{self.asin}/{self.options}"
         self.page = pages.done_page(self.asin, self.options, self.reward)

@@ -14,6 +14,8 @@ from collections import defaultdict
 
 #: Price ceilings offered to goals: 10, 20, ..., 990 dollars (goal.py ``PRICE_RANGE``).
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]
+#: The ``price_upper`` of a goal without a price limit (a product above the last ceiling): no price clause.
+NO_PRICE_UPPER = 1000000
 #: Goal index ranges of the WebShop paper / RAGEN convention: test [0, 500), val [500, 1500), train [1500, N).
 SPLITS = {"test": (0, 500), "val": (500, 1500), "train": (1500, None)}
 #: verl-agent's convention on the 1k set: test (= val) [0, 500), train [500, N).
@@ -27,7 +29,7 @@ def _price_upper(price: float, rng: random.Random) -> tuple[float, str]:
     if len(price_range) >= 2:
         _, price_upper = sorted(rng.sample(price_range, 2))
         return price_upper, f", and price lower than {price_upper:.2f} dollars"
-    return 1000000, ""
+    return NO_PRICE_UPPER, ""
 
 
 def synthetic_goals(products: list[dict], prices: dict[str, float], rng: random.Random) -> list[dict]:
@@ -90,6 +92,13 @@ def human_goals(products: list[dict], prices: dict[str, float], rng: random.Rand
                 "weight": 1,
             })
     return goals
+
+
+def instruction_goal(instruction: str) -> dict:
+    """A goal that is only an instruction, e.g. one a person typed: ``{"instruction_text": instruction}``. An env
+    shows it and lets an episode buy, but with no ``asin`` (no product behind it) the purchase is not scored
+    (``WebShopEnv``: score 0, empty ``reward_info``)."""
+    return {"instruction_text": instruction}
 
 
 def split_range(split: str, num_goals: int, scheme: str = "webshop") -> range:

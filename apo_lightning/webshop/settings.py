@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Literal
 
 from .datadir import resolve_data_dir
 from .env import WebShopEnv
 from .shop import WebShop
+from .wording import Wording, check_wording, reworded_shop
 
 SplitScheme = Literal["webshop", "verl"]
 ObservationMode = Literal["text", "text_rich"]
@@ -31,6 +32,10 @@ class EnvConfig:
             train [500, N)).
         observation_mode: "text" or "text_rich".
         max_steps: env steps (turns) per episode before it ends with reward 0.
+        wording: the words of the instructions: "original" (the goal generator's), or each goal's instruction
+            rewritten from its own fields in the "train" or "heldout" family of phrasings (``webshop.wording``;
+            evaluate with "heldout"). The goals' fields and the reward are unchanged.
+        wording_seed: seeds the rewording; with the goal index it fixes each goal's text.
     """
 
     data_dir: str | None = None
@@ -39,6 +44,8 @@ class EnvConfig:
     split_scheme: SplitScheme = "webshop"
     observation_mode: ObservationMode = "text"
     max_steps: int = 15
+    wording: Wording = "original"
+    wording_seed: int = 0
 
     def resolved_data_dir(self, announce: bool = True) -> str | None:
         """The data folder the rule chooses (None: the synthetic catalog); with ``announce``, says where it came from
@@ -51,8 +58,25 @@ class EnvConfig:
         return str(path) if path is not None else None
 
     def shop(self, announce: bool = True) -> WebShop:
-        """The loaded catalog (cached per process); ``announce`` as for :meth:`resolved_data_dir`."""
-        return _load_shop(self.resolved_data_dir(announce), self.goals, self.seed)
+        """The loaded catalog (cached per process), its goals in ``wording``; ``announce`` as for
+        :meth:`resolved_data_dir`.
+
+        Raises:
+            ValueError: ``wording`` is not one of "original", "train", "heldout".
+        """
+        check_wording(self.wording)
+        data_dir = self.resolved_data_dir(announce)
+        if self.wording == "original":
+            return _load_shop(data_dir, self.goals, self.seed)
+        return _reworded_shop(data_dir, self.goals, self.seed, self.wording, self.wording_seed)
+
+    def key_parts(self) -> dict:
+        """Every setting, for the key of a cache made under them (V* tables, demonstrations); the wording settings
+        only when the wording is not "original", so that keys made before they existed stay the same."""
+        parts = asdict(self)
+        if self.wording == "original":
+            del parts["wording"], parts["wording_seed"]
+        return parts
 
     def envs(self, n: int) -> list[WebShopEnv]:
         """``n`` fresh envs over the shared catalog."""
@@ -70,3 +94,8 @@ _ANNOUNCED: set[str] = set()
 @lru_cache(maxsize=4)
 def _load_shop(data_dir: str | None, goals: str, seed: int) -> WebShop:
     return WebShop.load(data_dir, goals=goals, seed=seed)
+
+
+@lru_cache(maxsize=4)
+def _reworded_shop(data_dir: str | None, goals: str, seed: int, wording: str, wording_seed: int) -> WebShop:
+    return reworded_shop(_load_shop(data_dir, goals, seed), wording, wording_seed)

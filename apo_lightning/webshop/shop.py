@@ -7,6 +7,7 @@ This plays the part of the original's ``SimServer`` minus the per-session state 
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 from functools import lru_cache
@@ -161,6 +162,13 @@ class WebShop:
                 title_nouns = None
         return cls(products, prices, goal_list, engine, title_nouns, Path(data_dir), goals, seed, noun_source,
                    special_queries, token_source)
+
+    def with_goals(self, goals: list[dict]) -> WebShop:
+        """This catalog with another goal list (e.g. reworded instructions, ``wording``); products, prices, the
+        search engine and its cache are shared, not copied."""
+        other = copy.copy(self)
+        other.goals = goals
+        return other
 
     # ------------------------------------------------------------------------------------------------ search
     def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[tuple[str, float]]:
