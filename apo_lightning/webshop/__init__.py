@@ -9,7 +9,8 @@
 Files: ``catalog`` (raw files -> processed products, prices), ``goals`` (synthetic/human goals, splits),
 ``search`` (Lucene-compatible BM25), ``pages`` (observations, clickables), ``reward``, ``shop`` (the loaded
 catalog), ``env`` (one session), ``gym_env`` (gymnasium's API: ``gymnasium.make("apo_lightning/WebShop-v0")``,
-registered on import), ``settings`` (a run's WebShop settings, ``EnvConfig``), ``synthetic`` (the
+registered on import), ``settings`` (a run's WebShop settings, ``EnvConfig``), ``wording`` (instructions reworded
+from their goals' fields, same reward), ``synthetic`` (the
 generated default catalog; its vocabulary is ``data/synthetic_vocabulary.json``), ``datadir`` (where the data is
 read from), ``download`` (fetch and verify the 1k files), ``sessions`` (recorded episodes), ``site`` and ``serve``
 (the env as web pages for people), ``__main__`` (play, download, serve).

@@ -40,6 +40,10 @@ ROLES = ("pre", "with", "for", "any")
 #: Option kinds with phrasings of their own; any other option name is "other", a human goal's (unnamed) options
 #: are "unnamed".
 OPTION_KINDS = ("color", "size", "flavor", "scent", "other", "unnamed")
+#: How often an instruction is in lower case (as people often type), puts the adjectives before the query ("double
+#: sided decorative pillows") rather than after it, opens with the price limit ("With a budget of $50, ..."), and
+#: says each other part as a clause of the opening sentence rather than a sentence of its own.
+P_LOWER_CASE, P_ADJECTIVES_FIRST, P_PRICE_FIRST, P_CLAUSE = 0.25, 0.5, 0.15, 0.5
 
 
 @dataclass(frozen=True)
@@ -198,7 +202,7 @@ def attribute_roles(goal: Mapping) -> dict[str, str]:
     q = _find_phrase(text, query)
     roles = {}
     for attribute in goal["attributes"]:
-        at = _find_phrase(text, attribute.lower(), start=0)
+        at = _find_phrase(text, attribute.lower())
         if q < 0 or at < 0:
             roles[attribute] = "any"
         elif at < q:
@@ -209,10 +213,10 @@ def attribute_roles(goal: Mapping) -> dict[str, str]:
     return roles
 
 
-def _find_phrase(text: str, phrase: str, start: int = 0) -> int:
+def _find_phrase(text: str, phrase: str) -> int:
     """Index of ``phrase`` as whole words in ``text`` (-1 if absent)."""
-    match = re.search(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", text[start:]) if phrase else None
-    return start + match.start() if match else -1
+    match = re.search(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", text) if phrase else None
+    return match.start() if match else -1
 
 
 def is_plural(query: str) -> bool:
@@ -262,7 +266,7 @@ def reword(goal: Mapping, family: str | Family, rng: random.Random) -> str:
     plural = is_plural(goal["query"])
     grammar = ({"it": "they", "It": "They", "them": "them", "is": "are", "has": "have", "s": ""} if plural else
                {"it": "it", "It": "It", "them": "it", "is": "is", "has": "has", "s": "s"})
-    lower = rng.random() < 0.25  # people often write in lower case
+    lower = rng.random() < P_LOWER_CASE
 
     def fill(template: str, **slots: str) -> str:
         # lower case touches the template's words only ({It} becomes {it}); slot values stay as they are
@@ -281,7 +285,7 @@ def reword(goal: Mapping, family: str | Family, rng: random.Random) -> str:
     for group in groups.values():
         rng.shuffle(group)
     item = goal["query"]
-    if groups["pre"] and rng.random() < 0.5:  # adjectives before the query, as people write them
+    if groups["pre"] and rng.random() < P_ADJECTIVES_FIRST:
         item = f"{join(groups['pre'])} {item}"
         groups["pre"] = []
 
@@ -301,7 +305,7 @@ def reword(goal: Mapping, family: str | Family, rng: random.Random) -> str:
     lead = ""
     if price < NO_PRICE_UPPER:
         p, p2 = price_figures(price)
-        if rng.random() < 0.15:
+        if rng.random() < P_PRICE_FIRST:
             lead = fill(rng.choice(fam.price_leads), p=p, p2=p2)
         else:
             parts.append((fam.price_clauses, fam.price_sentences, {"p": p, "p2": p2}))
@@ -309,7 +313,7 @@ def reword(goal: Mapping, family: str | Family, rng: random.Random) -> str:
 
     clauses, sentences = [], []
     for clause_templates, sentence_templates, slots in parts:
-        if rng.random() < 0.5:
+        if rng.random() < P_CLAUSE:
             clauses.append(fill(rng.choice(clause_templates), **slots))
         else:
             sentences.append(fill(rng.choice(sentence_templates), **slots))
