@@ -58,7 +58,8 @@ def evaluate_command(args: argparse.Namespace) -> dict:
         metrics = greedy_summary(trajectories)
     else:
         rollout = RolloutSettings(max_new_tokens=args.max_new_tokens, valid_clicks=args.valid_clicks)
-        chat = ChatFormat(history_turns=args.history_turns, context_budget=args.context_budget)
+        chat = ChatFormat(history_turns=args.history_turns, context_budget=args.context_budget,
+                          one_shot=args.one_shot)
         job = PolicyRollouts(args.model, env, rollout, chat, args.batch_size, args.seed, "evaluate",
                              gguf_file=args.gguf_file, dtype=args.dtype, device=args.device, threads=args.threads)
         trajectories = run_rollouts(job, goals, args.processes)
@@ -84,6 +85,8 @@ def save_outcomes(args: argparse.Namespace, trajectories) -> None:
     card keeps one, and a test replays it)."""
     settings = {k: getattr(args, k) for k in ("data_dir", "goals", "catalog_seed", "split", "split_scheme", "limit",
                                               "max_steps", "max_new_tokens", "history_turns", "context_budget")}
+    if args.one_shot:
+        settings.update(one_shot=True)
     if args.wording != "original":
         settings.update(wording=args.wording, wording_seed=args.wording_seed)
     outcomes = {str(t.goal_index): {"success": t.success, "score": t.score, "turns": len(t.turns)}
@@ -163,6 +166,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="constrain click arguments to the items on the page (greedy and sampled episodes)")
     ev.add_argument("--history-turns", type=int, default=None, help="last k turns only (default: full)")
     ev.add_argument("--context-budget", type=int, default=4096)
+    ev.add_argument("--one-shot", action="store_true",
+                    help="a worked example episode before the task (ChatFormat.one_shot), for a prompted model")
     ev.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     ev.add_argument("--device", default="cpu")
     ev.add_argument("--threads", type=int, default=1, help="torch intra-op threads (per process)")
