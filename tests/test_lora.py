@@ -362,6 +362,33 @@ def test_sft_refuses_to_resume_under_other_lora_settings(sft_run):
     lora.refuse_other_setup(saved, "x.ckpt")
 
 
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(sft_run):
+    """SFT with gradient checkpointing on (LoRA over the tiny base): the decoder layers recompute their activations
+    in the backward pass, and the loss and every adapter gradient equal those without it."""
+    from apo_lightning.apo.logprobs import generated_nll
+
+    results = {}
+    for checkpointing in (False, True):
+        module = SFTModule(model_name_or_path=BASE, lora=LoraSettings(rank=4, alpha=8),
+                           gradient_checkpointing=checkpointing)
+        torch.manual_seed(0)  # the same fresh adapter both times
+        module.configure_model()
+        assert module.policy.is_gradient_checkpointing == checkpointing
+        with torch.no_grad():  # lora_B starts at 0: move it, so the gradients reach lora_A too
+            for name, p in module.policy.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.1)
+        input_ids, attention_mask, gen_mask = some_tokens(module.tokenizer)
+        loss = generated_nll(module.policy, input_ids, attention_mask, gen_mask)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in module.policy.named_parameters() if p.requires_grad}
+        assert grads and all(g.abs().sum() > 0 for g in grads.values())
+        results[checkpointing] = (loss.detach(), grads)
+    torch.testing.assert_close(results[True][0], results[False][0], rtol=0, atol=1e-6)
+    for name, grad in results[False][1].items():
+        torch.testing.assert_close(results[True][1][name], grad, rtol=1e-5, atol=1e-7)
+
+
 # ------------------------------------------------------------------------------------------------ SmolLM2 (slow)
 @pytest.mark.slow
 def test_a_lora_sft_step_on_smollm2_exports_a_shippable_adapter(tmp_path, monkeypatch):

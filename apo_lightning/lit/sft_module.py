@@ -48,6 +48,11 @@ class SFTModule(CheckedResume, LightningModule):
         export_dtype: the dtype of the exported weights (``bfloat16`` for a reference policy kept in the repository);
             None = the training dtype.
         lora: LoRA settings (rank 0 = full fine-tuning); from an adapter folder, its rank, alpha and target modules.
+        gradient_checkpointing: keep only each decoder layer's input in the forward pass and recompute the rest in
+            the backward pass (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost";
+            ``transformers``' ``gradient_checkpointing_enable``): activation memory falls from every layer's
+            activations per token to one hidden state per layer, for about one more forward pass per step. The
+            same loss and gradients.
 
     Raises:
         ValueError: a setting out of its range.
@@ -59,7 +64,8 @@ class SFTModule(CheckedResume, LightningModule):
     def __init__(self, model_name_or_path: str = "data/models/tiny-init",
                  export_dir: str | None = "data/models/tiny-sft", learning_rate: float = 2e-3,
                  weight_decay: float = 0.01, warmup_steps: int = 20, constant_steps: int = 0,
-                 dtype: DType = "float32", export_dtype: DType | None = None, lora: LoraSettings = LoraSettings()):
+                 dtype: DType = "float32", export_dtype: DType | None = None, lora: LoraSettings = LoraSettings(),
+                 gradient_checkpointing: bool = False):
         super().__init__()
         if learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
@@ -87,6 +93,8 @@ class SFTModule(CheckedResume, LightningModule):
             start = load_start(hp.model_name_or_path, self.lora_config, hp.dtype, keep_reference=False)
             self.policy, self.tokenizer = start.policy, start.tokenizer
             self.model_sha256 = start.start_sha256  # what a resume must start from
+            if hp.gradient_checkpointing:
+                self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             self.policy.train()
 
     def training_setup(self) -> dict[str, str]:
