@@ -373,7 +373,7 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(sft_run):
                            gradient_checkpointing=checkpointing)
         torch.manual_seed(0)  # the same fresh adapter both times
         module.configure_model()
-        assert module.policy.is_gradient_checkpointing == checkpointing
+        assert module.policy.is_activation_checkpointing == checkpointing
         with torch.no_grad():  # lora_B starts at 0: move it, so the gradients reach lora_A too
             for name, p in module.policy.named_parameters():
                 if "lora_B" in name:

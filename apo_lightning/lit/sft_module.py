@@ -50,7 +50,7 @@ class SFTModule(CheckedResume, LightningModule):
         lora: LoRA settings (rank 0 = full fine-tuning); from an adapter folder, its rank, alpha and target modules.
         gradient_checkpointing: keep only each decoder layer's input in the forward pass and recompute the rest in
             the backward pass (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost";
-            ``transformers``' ``gradient_checkpointing_enable``): activation memory falls from every layer's
+            ``transformers``' ``activation_checkpointing_enable``): activation memory falls from every layer's
             activations per token to one hidden state per layer, for about one more forward pass per step. The
             same loss and gradients.
 
@@ -94,7 +94,7 @@ class SFTModule(CheckedResume, LightningModule):
             self.policy, self.tokenizer = start.policy, start.tokenizer
             self.model_sha256 = start.start_sha256  # what a resume must start from
             if hp.gradient_checkpointing:
-                self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                self.policy.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             self.policy.train()
 
     def training_setup(self) -> dict[str, str]:
