@@ -6,14 +6,18 @@ unit tests need no data.
 
 import json
 import math
+import pickle
+import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from apo_lightning.webshop import search
 from apo_lightning.webshop.search import (
     STOP_WORDS,
     SearchEngine,
+    SearchIndexBuilder,
     analyze,
     decode_length,
     encode_length,
@@ -198,3 +202,145 @@ def test_engine_rejects_bad_input():
         SearchEngine([], [])
     with pytest.raises(ValueError, match="k must be"):
         SearchEngine(["B1"], [["a"]]).search("a", k=-1)
+
+
+# ------------------------------------------------------------------------------ pruned search == exhaustive
+def random_queries(texts: list[str], rng: random.Random, n: int) -> list[str]:
+    """Queries as agents type them: runs of words from the documents' own text (rare and common words mixed), words
+    repeated (boosts), stop words, unknown words and punctuation."""
+    words = [w for text in texts for w in text.split()]
+    extras = ["the", "and", "with", "zzqx", "'s", "3.5", "x-large", ",", "★"]
+    queries = []
+    for _ in range(n):
+        text = rng.choice(texts).split()
+        start = rng.randrange(len(text))
+        query = text[start:start + rng.randint(1, 14)]
+        query += [rng.choice(words) for _ in range(rng.choice((0, 0, 1, 3)))]
+        query += rng.sample(query, min(len(query), rng.choice((0, 0, 1, 2))))  # repeated words: boosts > 1
+        query += [rng.choice(extras) for _ in range(rng.choice((0, 0, 1)))]
+        rng.shuffle(query)
+        queries.append(" ".join(query))
+    return queries
+
+
+def pruning_forced(monkeypatch) -> None:
+    """Every query of two or more terms goes through every pruning step, from a small sample."""
+    monkeypatch.setattr(search, "DIRECT_POSTINGS", 0)
+    monkeypatch.setattr(search, "SAMPLE_POSTINGS", 16)
+
+
+def assert_same_rankings(engine: SearchEngine, queries: list[str], ks=(1, 7, 50, 400)) -> int:
+    """Pruned == exhaustive (ids, order and float32 scores) for every query and k; returns the hits compared."""
+    compared = 0
+    for query in queries:
+        for k in ks:
+            pruned, reference = engine.search(query, k), engine.search_exhaustive(query, k)
+            assert pruned == reference, (query, k)
+            compared += len(reference)
+    return compared
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["default", "forced"])
+def test_pruned_search_equals_exhaustive_on_the_real_1k_data(engine, real_data_dir, golden_queries, forced,
+                                                             monkeypatch):
+    if forced:
+        pruning_forced(monkeypatch)
+    docs = read_jsonl(real_data_dir / "webshop_1k_search_docs.jsonl")
+    queries = random_queries([d["contents"] for d in docs], random.Random(0), 300)
+    queries += [q["query"] for q in golden_queries[:200]]
+    assert assert_same_rankings(engine, queries) > 50_000
+
+
+@pytest.mark.parametrize("champions", [128, 2])
+def test_pruned_search_equals_exhaustive_on_a_synthetic_catalog(tmp_path, monkeypatch, champions):
+    """3,000 synthetic products: a small vocabulary, so every query term is common and scores tie by the hundred."""
+    from apo_lightning.webshop import WebShop
+    from apo_lightning.webshop.catalog import search_document
+    from apo_lightning.webshop.synthetic import generate_catalog
+
+    monkeypatch.setattr(search, "CHAMPIONS_PER_TERM", champions)  # 2: a weak first bound, more refinement steps
+    pruning_forced(monkeypatch)
+    shop = WebShop.load(generate_catalog(tmp_path / "catalog", seed=3, num_products=3000), cache=False)
+    engine = shop.search_engine
+    texts = [search_document(p) for p in shop.products[:500]]
+    queries = random_queries(texts, random.Random(1), 250) + [g["instruction_text"] for g in shop.goals[:100]]
+    queries += [g["query"] for g in shop.goals[:50]]
+    assert assert_same_rankings(engine, queries) > 50_000
+
+
+def test_pruned_search_keeps_ties_at_the_cut(monkeypatch):
+    """Hundreds of identical documents: the k-th best score is shared, and the ASIN order decides who is in."""
+    pruning_forced(monkeypatch)
+    rng = random.Random(2)
+    words = [f"w{i}" for i in range(12)]
+    ids = [f"B{rng.randrange(10**9):09d}" for _ in range(3000)]
+    ids = list(dict.fromkeys(ids))
+    shapes = [rng.sample(words, rng.randint(1, 4)) * rng.randint(1, 2) for _ in range(15)]  # 15 distinct documents
+    engine = SearchEngine(ids, [rng.choice(shapes) for _ in ids])
+    queries = [" ".join(rng.choices(words, k=rng.randint(2, 6))) for _ in range(150)]
+    assert assert_same_rankings(engine, queries, ks=(1, 10, 50, 333, 5000)) > 100_000
+
+
+def test_pruned_search_on_lengths_and_magnitudes_far_apart(monkeypatch):
+    """Lengths from 1 to 3,000 tokens (quantised norms), terms in 1 to all documents (idf 0.0003 to 8)."""
+    pruning_forced(monkeypatch)
+    rng = random.Random(3)
+    vocabulary = [f"t{i}" for i in range(300)]
+    weights = [1.0 / (i + 1) ** 1.1 for i in range(300)]  # Zipf: a few very common terms, many rare ones
+    docs = [rng.choices(vocabulary, weights, k=rng.choice((1, 3, 30, 100, 700, 3000))) + ["t0"] for _ in range(1500)]
+    engine = SearchEngine([f"B{i:05d}" for i in range(len(docs))], docs)
+    queries = [" ".join(rng.choices(vocabulary, weights, k=rng.randint(2, 10))) for _ in range(150)]
+    queries += [" ".join(rng.sample(vocabulary[200:], 3) + ["t0", "t1"]) for _ in range(50)]
+    assert assert_same_rankings(engine, queries) > 50_000
+
+
+def test_exact_scores_of_any_documents_equal_the_reference(engine, golden_queries):
+    rng = np.random.default_rng(0)
+    for q in golden_queries[:100]:
+        term_ids, weights = engine._query_terms(q["query"])
+        if not len(term_ids):
+            continue
+        docs = np.unique(rng.integers(0, engine.doc_count, 200)).astype(np.int32)
+        np.testing.assert_array_equal(engine._exact_scores(term_ids, weights, docs), engine.scores(q["query"])[docs])
+
+
+# ------------------------------------------------------------------------------------------ saved indexes
+def test_saved_index_loads_memory_mapped_and_ranks_the_same(engine, golden_queries, tmp_path):
+    engine.save(tmp_path / "index")
+    loaded = SearchEngine.load(tmp_path / "index")
+    assert isinstance(loaded._posting_doc, np.memmap) and loaded.folder == tmp_path / "index"
+    assert (loaded.doc_count, loaded.vocabulary_size, loaded.avg_doc_length) == \
+        (engine.doc_count, engine.vocabulary_size, engine.avg_doc_length)
+    for q in golden_queries[:300]:
+        assert loaded.search(q["query"]) == engine.search(q["query"])
+    # pickled as its folder: the other process maps the same files
+    clone = pickle.loads(pickle.dumps(loaded))
+    assert clone.folder == loaded.folder and clone.search("women's shoes") == engine.search("women's shoes")
+    in_memory = pickle.loads(pickle.dumps(engine))
+    assert in_memory.folder is None and in_memory.search("women's shoes") == engine.search("women's shoes")
+
+
+def test_loading_an_index_checks_its_files(engine, tmp_path):
+    with pytest.raises(FileNotFoundError, match="search_index.json"):
+        SearchEngine.load(tmp_path / "nothing")
+    engine.save(tmp_path / "index")
+    meta = json.loads((tmp_path / "index" / "search_index.json").read_text())
+    (tmp_path / "index" / "search_index.json").write_text(json.dumps({**meta, "format_version": 0}))
+    with pytest.raises(ValueError, match="rebuild"):
+        SearchEngine.load(tmp_path / "index")
+    (tmp_path / "index" / "search_index.json").write_text(json.dumps(meta))
+    (tmp_path / "index" / "idf.npy").unlink()
+    with pytest.raises(FileNotFoundError, match="idf.npy"):
+        SearchEngine.load(tmp_path / "index")
+
+
+def test_builder_adds_documents_one_at_a_time_in_chunks(lucene_doc_tokens, monkeypatch, engine, golden_queries):
+    monkeypatch.setattr(search, "_BUILD_CHUNK_TOKENS", 997)  # many chunks, cut inside documents' runs
+    builder = SearchIndexBuilder()
+    for d in lucene_doc_tokens:
+        builder.add(d["id"], d["tokens"])
+    assert len(builder) == 1000
+    chunked = builder.build()
+    for name in ("posting_start", "posting_doc", "posting_denominator", "idf", "max_denominator", "id_rank"):
+        np.testing.assert_array_equal(getattr(chunked, f"_{name}"), getattr(engine, f"_{name}"))
+    assert all(chunked.search(q["query"]) == engine.search(q["query"]) for q in golden_queries[:100])

@@ -3,6 +3,7 @@
 See ../shared/webshop_data/SOURCE.md for how each fixture was generated.
 """
 
+import functools
 import json
 
 import pytest
@@ -16,14 +17,22 @@ def read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
-@pytest.fixture(scope="module")
-def synthetic_shop(real_data_dir):
-    return WebShop.load(real_data_dir, goals="synthetic", seed=233)
+@pytest.fixture(scope="module", params=["in_memory", "on_disk"])
+def load(request, tmp_path_factory):
+    """``WebShop.load`` into memory, or through the on-disk catalog (webshop/store.py): every check runs on both."""
+    if request.param == "in_memory":
+        return functools.partial(WebShop.load, cache=False)
+    return functools.partial(WebShop.load, cache=True, cache_dir=tmp_path_factory.mktemp("store"))
 
 
 @pytest.fixture(scope="module")
-def human_shop(real_data_dir):
-    return WebShop.load(real_data_dir, goals="human", seed=233)
+def synthetic_shop(real_data_dir, load):
+    return load(real_data_dir, goals="synthetic", seed=233)
+
+
+@pytest.fixture(scope="module")
+def human_shop(real_data_dir, load):
+    return load(real_data_dir, goals="human", seed=233)
 
 
 def test_all_synthetic_goals_in_seed_233_order(synthetic_shop, golden_dir):

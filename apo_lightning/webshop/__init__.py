@@ -7,7 +7,8 @@
     obs, reward, done, info = env.step("search[red running shoes]")
 
 Files: ``catalog`` (raw files -> processed products, prices), ``goals`` (synthetic/human goals, splits),
-``search`` (Lucene-compatible BM25), ``pages`` (observations, clickables), ``reward``, ``shop`` (the loaded
+``search`` (Lucene-compatible BM25, pruned top-k), ``store`` (a large catalog on disk: built once from the raw
+files, then memory-mapped), ``pages`` (observations, clickables), ``reward``, ``shop`` (the loaded
 catalog), ``env`` (one session), ``gym_env`` (gymnasium's API: ``gymnasium.make("apo_lightning/WebShop-v0")``,
 registered on import), ``settings`` (a run's WebShop settings, ``EnvConfig``), ``wording`` (instructions reworded
 from their goals' fields, same reward), ``synthetic`` (the

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import logging
 import random
 import re
 from dataclasses import dataclass
@@ -18,14 +19,19 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..utils.files import read_json
 
+log = logging.getLogger(__name__)
+
 #: Candidate file names, first found wins. The real 1k set ships the first name upstream; the shared copy of it
-#: is the ``.reconstructed`` file (see the data folder's SOURCE.md); the synthetic catalog writes the first.
+#: is the ``.reconstructed`` file (see the data folder's SOURCE.md); the synthetic catalog writes the first. The full
+#: catalog (about 1.18 M products, upstream's ``setup.sh -d all``) is ``items_shuffle.json`` with ``items_ins_v2.json``.
 PRODUCT_FILES = ("items_shuffle_1000.json", "items_shuffle_1000.reconstructed.json", "items_shuffle.json")
 ATTRIBUTE_FILES = ("items_ins_v2_1000.json", "items_ins_v2.json")
+#: The attribute file that belongs with each product file, looked for first (a folder holding both sets pairs them).
+PAIRED_ATTRIBUTE_FILE = {"items_shuffle.json": "items_ins_v2.json"}
 HUMAN_INSTRUCTION_FILES = ("items_human_ins.json", "items_human_ins.subset_1000.json")
 #: Optional: Lucene analyzer tokens of every search document (exact BM25 rankings) and the spaCy noun table.
 DOC_TOKEN_FILES = ("search_doc_tokens.jsonl",)
@@ -90,9 +96,12 @@ class DataFiles:
                 )
             return None
 
+        products = first(PRODUCT_FILES, True)
+        paired = PAIRED_ATTRIBUTE_FILE.get(products.name)
+        attribute_names = ATTRIBUTE_FILES if paired is None else (paired, *(n for n in ATTRIBUTE_FILES if n != paired))
         return cls(
-            products=first(PRODUCT_FILES, True),
-            attributes=first(ATTRIBUTE_FILES, True),
+            products=products,
+            attributes=first(attribute_names, True),
             human_instructions=first(HUMAN_INSTRUCTION_FILES, False),
             doc_tokens=first(DOC_TOKEN_FILES, False),
             title_nouns=first(TITLE_NOUN_FILES, False),
@@ -121,8 +130,95 @@ def parse_price(pricing: str | None) -> tuple[list[float], str]:
     return values[:2], f"${values[0]} to ${values[1]}"
 
 
+def process_product(p: Any, attributes: Mapping, human_attributes: Mapping, human_goals: bool, source: Path,
+                    index: int) -> dict:
+    """Clean and enrich one raw product in place, as ``load_products`` does (WEBSHOP_SPEC.md §1 steps 1 and 4).
+
+    Args:
+        p: one record of the product file.
+        attributes: ``items_ins_v2`` dict ``{asin: {"attributes": [...], "instruction": ..., ...}}``.
+        human_attributes: ``items_human_ins`` dict ``{asin: [instruction records]}`` (may be empty).
+        human_goals: attach human ``instructions`` (True) or synthetic ``instruction_text`` (False).
+        source: the product file, named in errors.
+        index: the record's position in the file, named in errors.
+
+    Returns:
+        ``p``, processed (the caller skips ``'nan'``, over-long and repeated ASINs before calling this).
+
+    Raises:
+        WebShopDataError: the record is not a dict, lacks a required key, has an unparseable price, or (synthetic
+            goals) its ASIN is missing from the attribute file.
+    """
+    check_record(p, source, index)
+    for key in DROPPED_KEYS:
+        p.pop(key, None)
+    asin = p["asin"]
+    p["Title"] = p["name"]
+    p["Description"] = p["full_description"]
+    p["Reviews"] = []  # review loading is commented out upstream: every product has none
+    p["Rating"] = "N.A."
+    small = p["small_description"]
+    p["BulletPoints"] = small if isinstance(small, list) else [small]
+    try:
+        p["pricing"], p["Price"] = parse_price(p.get("pricing"))
+    except ValueError as e:
+        raise WebShopDataError(f"{source}: product {asin}: {e}; expected '$X' or '$X to $Y'") from e
+
+    options: dict[str, list[str]] = {}
+    option_to_image: dict[str, Any] = {}
+    if p["customization_options"]:
+        for option_name, contents in p["customization_options"].items():
+            if contents is None:
+                continue
+            values = []
+            for content in contents:
+                value = content["value"].strip().replace("/", " | ").lower()
+                values.append(value)
+                option_to_image[value] = content.get("image", None)
+            options[option_name.lower()] = values
+    p["options"] = options
+    p["option_to_image"] = option_to_image
+
+    attrs = attributes.get(asin, {})
+    p["Attributes"] = attrs["attributes"] if "attributes" in attrs else ["DUMMY_ATTR"]
+    if human_goals:
+        if asin in human_attributes:
+            p["instructions"] = human_attributes[asin]
+    else:
+        if asin not in attributes:
+            raise WebShopDataError(
+                f"{source}: product {asin} is missing from the attribute file (items_ins_v2); "
+                "synthetic goals need an entry for every product"
+            )
+        p["instruction_text"] = attrs.get("instruction", None)
+        p["instruction_attributes"] = attrs.get("instruction_attributes", None)
+    p["MainImage"] = p["images"][0] if p["images"] else None
+    p["query"] = p["query"].lower().strip()
+    return p
+
+
+def check_record(p: Any, source: Path, index: int) -> None:
+    """Raise ``WebShopDataError`` (naming ``source`` and the record) unless ``p`` is a dict with every key in
+    ``REQUIRED_PRODUCT_KEYS``."""
+    if not isinstance(p, dict):
+        raise WebShopDataError(f"{source}: record {index} is a {type(p).__name__}; expected a product dict")
+    missing = [k for k in REQUIRED_PRODUCT_KEYS if k not in p]
+    if missing:
+        raise WebShopDataError(f"{source}: product {index} ({p.get('asin')!r}) lacks the keys {missing}")
+
+
+def is_kept(p: dict, seen: set[str]) -> bool:
+    """Whether ``load_products`` keeps a raw record (checked with :func:`check_record`): its ASIN is not
+    ``'nan'``, at most 10 characters and not seen before (the first occurrence wins). A kept ASIN joins ``seen``."""
+    asin = p["asin"]
+    if asin == "nan" or len(asin) > 10 or asin in seen:
+        return False
+    seen.add(asin)
+    return True
+
+
 def process_products(
-    raw_products: list[dict], attributes: dict, human_attributes: dict, human_goals: bool, source: Path
+    raw_products: Iterable, attributes: Mapping, human_attributes: Mapping, human_goals: bool, source: Path
 ) -> list[dict]:
     """Clean and enrich raw products in file order, as ``load_products`` does (WEBSHOP_SPEC.md §1 steps 1–4).
 
@@ -140,81 +236,103 @@ def process_products(
         WebShopDataError: a record lacks a required key, has an unparseable price, or (synthetic goals) its ASIN
             is missing from the attribute file.
     """
-    products, seen = [], set()
+    seen: set[str] = set()
+    products = []
     for i, p in enumerate(raw_products):
-        if not isinstance(p, dict):
-            raise WebShopDataError(f"{source}: record {i} is a {type(p).__name__}; expected a product dict")
-        missing = [k for k in REQUIRED_PRODUCT_KEYS if k not in p]
-        if missing:
-            raise WebShopDataError(f"{source}: product {i} ({p.get('asin')!r}) lacks the keys {missing}")
-        for key in DROPPED_KEYS:
-            p.pop(key, None)
-        asin = p["asin"]
-        if asin == "nan" or len(asin) > 10 or asin in seen:
-            continue
-        seen.add(asin)
-
-        p["Title"] = p["name"]
-        p["Description"] = p["full_description"]
-        p["Reviews"] = []  # review loading is commented out upstream: every product has none
-        p["Rating"] = "N.A."
-        small = p["small_description"]
-        p["BulletPoints"] = small if isinstance(small, list) else [small]
-        try:
-            p["pricing"], p["Price"] = parse_price(p.get("pricing"))
-        except ValueError as e:
-            raise WebShopDataError(f"{source}: product {asin}: {e}; expected '$X' or '$X to $Y'") from e
-
-        options: dict[str, list[str]] = {}
-        option_to_image: dict[str, Any] = {}
-        if p["customization_options"]:
-            for option_name, contents in p["customization_options"].items():
-                if contents is None:
-                    continue
-                values = []
-                for content in contents:
-                    value = content["value"].strip().replace("/", " | ").lower()
-                    values.append(value)
-                    option_to_image[value] = content.get("image", None)
-                options[option_name.lower()] = values
-        p["options"] = options
-        p["option_to_image"] = option_to_image
-
-        attrs = attributes.get(asin, {})
-        p["Attributes"] = attrs["attributes"] if "attributes" in attrs else ["DUMMY_ATTR"]
-        if human_goals:
-            if asin in human_attributes:
-                p["instructions"] = human_attributes[asin]
-        else:
-            if asin not in attributes:
-                raise WebShopDataError(
-                    f"{source}: product {asin} is missing from the attribute file (items_ins_v2); "
-                    "synthetic goals need an entry for every product"
-                )
-            p["instruction_text"] = attrs.get("instruction", None)
-            p["instruction_attributes"] = attrs.get("instruction_attributes", None)
-        p["MainImage"] = p["images"][0] if p["images"] else None
-        p["query"] = p["query"].lower().strip()
-        products.append(p)
+        check_record(p, source, i)
+        if is_kept(p, seen):
+            products.append(process_product(p, attributes, human_attributes, human_goals, source, i))
     return products
 
 
-def generate_product_prices(products: list[dict], rng: random.Random) -> dict[str, float]:
-    """ASIN -> price: the single price, 100.0 when none, or ``rng.uniform(lo, hi)`` for a range.
+def iter_json_array(path: Path, what: str, chunk_chars: int = 1 << 24) -> Iterator[Any]:
+    """The elements of a file whose top level is a JSON list, one at a time, reading ``chunk_chars`` characters at
+    a time: memory holds one chunk and one element, not the whole file (the full ``items_shuffle.json`` is about
+    5 GB of text, and tens of GB once parsed whole).
+
+    Args:
+        path: a UTF-8 JSON file.
+        what: what the file should hold, for error messages.
+        chunk_chars: characters read per refill (a larger element is read across several refills).
+
+    Raises:
+        WebShopDataError: the file is not UTF-8 JSON, or its top level is not a list (the message names the file).
+    """
+    decoder = json.JSONDecoder()
+    whitespace = re.compile(r"[ \t\n\r]*")
+    try:
+        with open(path, encoding="utf-8") as f:
+            buffer, pos, at_end = "", 0, False
+
+            def refill() -> None:  # keep the unread tail and append the next chunk
+                nonlocal buffer, pos, at_end
+                more = f.read(chunk_chars)
+                at_end = not more
+                buffer, pos = buffer[pos:] + more, 0
+
+            def next_char() -> str:  # the next non-blank character ("" at the end of the file), not consumed
+                nonlocal pos
+                while True:
+                    pos = whitespace.match(buffer, pos).end()
+                    if pos < len(buffer) or at_end:
+                        return buffer[pos:pos + 1]
+                    refill()
+
+            if next_char() != "[":
+                raise WebShopDataError(f"{path}: top level is not a JSON list; expected {what}")
+            pos += 1
+            first = True
+            while True:
+                char = next_char()
+                if char == "]":
+                    return
+                if char == "":
+                    raise WebShopDataError(f"{path}: the file ends before the list's closing ']' (is it complete?); "
+                                           f"expected {what}")
+                if not first:
+                    if char != ",":
+                        raise WebShopDataError(f"{path}: expected ',' or ']' between list elements, found "
+                                               f"{buffer[pos:pos + 40]!r}; expected {what}")
+                    pos += 1
+                    next_char()
+                first = False
+                while True:  # decode one element, reading more until it is complete
+                    try:
+                        element, end = decoder.raw_decode(buffer, pos)
+                        # complete once a delimiter follows: a number cut by the chunk end ("-3." of "-3.25") parses
+                        if at_end or (end < len(buffer) and buffer[end] in " \t\n\r,]"):
+                            break
+                    except json.JSONDecodeError:
+                        if at_end:
+                            raise
+                    refill()
+                pos = end
+                yield element
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise WebShopDataError(f"{path}: cannot read it as JSON ({e}); expected {what}") from e
+
+
+def sample_prices(pricings: Iterable[Sequence[float]], rng: random.Random) -> list[float]:
+    """Each product's price from its parsed ``pricing``: the single price, 100.0 when none, or
+    ``rng.uniform(lo, hi)`` for a range, drawn in product order.
 
     Source: ``generate_product_prices`` (engine.py). ``rng`` plays the part of the global ``random`` module, so
     a ``random.Random(233)`` reproduces the golden prices.
     """
-    prices = {}
-    for p in products:
-        pricing = p["pricing"]
+    prices = []
+    for pricing in pricings:
         if not pricing:
-            prices[p["asin"]] = 100.0
+            prices.append(100.0)
         elif len(pricing) == 1:
-            prices[p["asin"]] = pricing[0]
+            prices.append(pricing[0])
         else:
-            prices[p["asin"]] = rng.uniform(*pricing[:2])
+            prices.append(rng.uniform(*pricing[:2]))
     return prices
+
+
+def generate_product_prices(products: list[dict], rng: random.Random) -> dict[str, float]:
+    """ASIN -> price (:func:`sample_prices`), in product order."""
+    return dict(zip((p["asin"] for p in products), sample_prices((p["pricing"] for p in products), rng)))
 
 
 def load_products(files: DataFiles, human_goals: bool) -> list[dict]:
@@ -329,3 +447,32 @@ def match_packaged(table: Mapping[str, tuple[str, list[str]]], texts: Mapping[st
         else:
             differing.append(asin)
     return matched, differing
+
+
+def describe_packaged_use(data_dir: str | Path, what: str, text: str, total: int, matched: int,
+                          differing: Sequence[str], fallback: str) -> str:
+    """Describe (and log) how much of a catalog a package table covers; warn about products whose text differs.
+
+    Args:
+        data_dir: the data directory, named in the log.
+        what: the table ("Lucene tokens", "spaCy title nouns").
+        text: the text its entries were computed from ("search document", "name").
+        total: products in the catalog.
+        matched: products the table covered (same text hash).
+        differing: ASINs the table has but whose text differs.
+        fallback: what the other products use instead.
+
+    Returns:
+        ``fallback`` when the table knows none of the products (e.g. a synthetic catalog), else
+        ``"package data {what} for {matched} of {total} products, {fallback} for the rest"``.
+    """
+    if not matched and not differing:
+        return fallback
+    source = f"package data {what} for {matched} of {total} products, {fallback} for the rest"
+    if differing:
+        log.warning("%s: %d products' %s differs from the text the packaged %s were computed from (e.g. %s); "
+                    "they use %s instead, which may not reproduce the original WebShop exactly",
+                    data_dir, len(differing), text, what, ", ".join(differing[:5]), fallback)
+    else:
+        log.info("%s: %s", data_dir, source)
+    return source

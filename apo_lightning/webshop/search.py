@@ -33,10 +33,15 @@ precomputed once per posting, and a query costs one float32 division and one sub
 
 from __future__ import annotations
 
+import json
 import math
+import threading
+from array import array
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import regex
@@ -47,6 +52,7 @@ __all__ = [
     "BM25_K1",
     "STOP_WORDS",
     "SearchEngine",
+    "SearchIndexBuilder",
     "analyze",
     "decode_length",
     "encode_length",
@@ -213,25 +219,261 @@ def quantize_length(length: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------------- engine
+#: Version of the files :meth:`SearchEngine.save` writes; a saved index of another version is refused on load.
+INDEX_FORMAT_VERSION = 1
+#: The file holding a saved index's scalars and format version, beside one ``<array>.npy`` file per array.
+INDEX_META_FILE = "search_index.json"
+#: Per term, how many of its highest-impact postings (largest ``1 + tf * normInverse``) are kept as its "champion
+#: list" (Manning, Raghavan & Schütze, *Introduction to Information Retrieval*, 2008, §7.1.3). The champions of the
+#: query's terms are scored first, to start pruning from a good lower bound on the k-th best score.
+CHAMPIONS_PER_TERM = 128
+#: A query whose terms have at most this many postings in all is scored exhaustively: pruning would not pay off.
+DIRECT_POSTINGS = 8192
+#: The rarest terms' complete posting lists join the champions in the first, exactly scored sample, up to this many
+#: postings (documents holding a query's rarest words are the likeliest to rank high).
+SAMPLE_POSTINGS = 4096
+#: Relative margin of every pruning test. A document is skipped only when an upper bound of its score is below
+#: ``theta * (1 - 2**-20)``; float32 scores are 2**-24 apart (relative), and the double-precision sums behind the
+#: bounds are exact to far less, so no rounding can skip a document that reaches the k-th best score.
+_MARGIN = 1.0 - 2.0**-20
+#: Provisional (term, document) pairs gathered before they are sorted and counted, while building.
+_BUILD_CHUNK_TOKENS = 1 << 22
+#: The arrays of an index, each saved as ``<name>.npy`` (see :class:`SearchEngine` for their meaning).
+_ARRAYS = ("doc_ids", "id_rank", "posting_start", "posting_doc", "posting_denominator", "idf", "max_denominator",
+           "champion_start", "champion_doc", "term_bytes", "term_offsets")
+
+
+def _utf8(text: str) -> bytes:
+    """UTF-8 bytes of a term or id; a lone surrogate (possible in scraped JSON text) is kept, not an error. Byte
+    order of the result is code point order, the order Lucene sorts its terms and Anserini its ids in."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _norm_inverses(lengths: np.ndarray, avg_doc_length: np.float32) -> np.ndarray:
+    """Lucene's ``1f / (k1 * ((1 - b) + b * L / avgdl))`` per document, L the quantised length: (N,) float32."""
+    distinct, slot = np.unique(lengths, return_inverse=True)
+    quantised = np.array([quantize_length(int(n)) for n in distinct.tolist()], dtype=np.float32)[slot]  # (N,)
+    with np.errstate(divide="ignore", invalid="ignore"):  # avgdl = 0 only if no document has a token
+        return np.float32(1.0) / (BM25_K1 * ((np.float32(1.0) - BM25_B) + BM25_B * quantised / avg_doc_length))
+
+
+def _idfs(doc_freq: np.ndarray, docs_with_terms: int) -> np.ndarray:
+    """Lucene ``BM25Similarity.idf`` per term: ``ln(1 + (N - df + 0.5) / (df + 0.5))`` in double with the C
+    library's log, rounded once to float32: (V,) float32. Only the distinct document frequencies need a log."""
+    distinct, slot = np.unique(doc_freq, return_inverse=True)
+    n = docs_with_terms
+    idf_of_df = [math.log(1.0 + (n - df + 0.5) / (df + 0.5)) for df in distinct.tolist()]
+    return np.array(idf_of_df, dtype=np.float64).astype(np.float32)[slot]
+
+
+def _union(lists: list[np.ndarray]) -> np.ndarray:
+    """The distinct values of several ascending int32 arrays, ascending (a sort and a neighbour test: NumPy's
+    ``unique`` hashes, which is slower for arrays that are sorted already)."""
+    if len(lists) == 1:
+        return lists[0]
+    merged = np.sort(np.concatenate(lists))
+    if len(merged) < 2:
+        return merged
+    distinct = np.empty(len(merged), dtype=bool)
+    distinct[0] = True
+    np.not_equal(merged[1:], merged[:-1], out=distinct[1:])
+    return merged[distinct]
+
+
+def _kth_largest(values: np.ndarray, k: int) -> float:
+    """The k-th largest of ``values`` (as a Python float), or 0.0 when there are fewer than k."""
+    if len(values) < k:
+        return 0.0
+    return float(np.partition(values, len(values) - k)[len(values) - k])
+
+
+class _Vocabulary:
+    """The index's terms, sorted by their UTF-8 bytes, so that a term's id is its rank; looked up by binary search
+    over two flat arrays (no per-term Python object, so a memory-mapped vocabulary costs nothing to open)."""
+
+    def __init__(self, term_bytes: np.ndarray, term_offsets: np.ndarray) -> None:
+        self._bytes = term_bytes  # (B,) uint8, the terms' UTF-8 bytes one after another
+        self._offsets = term_offsets  # (V + 1,) int64, term i is bytes [offsets[i], offsets[i + 1])
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i: int) -> bytes:
+        return self._bytes[self._offsets.item(i):self._offsets.item(i + 1)].tobytes()
+
+    def get(self, term: str) -> int | None:
+        """The id of ``term``, or None when no document contains it. O(log V) comparisons."""
+        key = _utf8(term)
+        i = bisect_left(self, key)
+        return i if i < len(self) and self[i] == key else None
+
+
+class SearchIndexBuilder:
+    """Collects analysed documents one at a time and builds a :class:`SearchEngine` from them.
+
+    Memory grows with the number of distinct (term, document) pairs, not with the text: each document's tokens are
+    reduced to term ids at once, and every ``_BUILD_CHUNK_TOKENS`` tokens the pending pairs are counted into compact
+    arrays. Building over N documents of T tokens in all takes O(T + P log P) time, P the number of pairs.
+    """
+
+    def __init__(self) -> None:
+        self._term_ids: dict[str, int] = {}  # term -> provisional id (first-seen order)
+        self._doc_ids: list[bytes] = []
+        self._lengths: list[int] = []
+        self._pending_terms: array = array("q")
+        self._pending_first_doc = 0
+        self._pairs: list[tuple[np.ndarray, np.ndarray]] = []  # per chunk: (term << 32 | doc, tf), codes ascending
+
+    def __len__(self) -> int:
+        return len(self._doc_ids)
+
+    def add(self, doc_id: str, tokens: Sequence[str]) -> None:
+        """Add the next document: its id (an ASIN) and its analysed tokens (possibly none).
+
+        Raises:
+            ValueError: more than 2**31 - 1 documents or distinct terms.
+        """
+        if len(self._doc_ids) >= 2**31 - 1 or len(self._term_ids) >= 2**31 - 1:
+            raise ValueError("a search index holds at most 2**31 - 1 documents and as many distinct terms")
+        self._doc_ids.append(_utf8(doc_id))
+        self._lengths.append(len(tokens))
+        term_ids = self._term_ids
+        self._pending_terms.extend([term_ids.setdefault(term, len(term_ids)) for term in tokens])
+        if len(self._pending_terms) >= _BUILD_CHUNK_TOKENS:
+            self._count_pending()
+
+    def _count_pending(self) -> None:
+        """Turn the pending tokens into sorted (term, document) codes with their term frequencies."""
+        lengths = np.asarray(self._lengths[self._pending_first_doc:], dtype=np.int64)  # (n,)
+        docs = np.repeat(np.arange(self._pending_first_doc, len(self._doc_ids), dtype=np.int64), lengths)  # (t,)
+        terms = np.frombuffer(self._pending_terms, dtype=np.int64) if self._pending_terms else np.zeros(0, np.int64)
+        codes, term_freq = np.unique((terms << 32) | docs, return_counts=True)  # (p,), (p,)
+        self._pairs.append((codes, term_freq.astype(np.int32)))
+        self._pending_terms = array("q")
+        self._pending_first_doc = len(self._doc_ids)
+
+    def build(self) -> SearchEngine:
+        """The finished index (in memory). The builder is left empty.
+
+        Raises:
+            ValueError: no documents were added, or an id was added twice (the message lists some).
+        """
+        if not self._doc_ids:
+            raise ValueError("cannot build a search index over zero documents")
+        self._count_pending()
+        doc_ids = np.array(self._doc_ids, dtype=f"S{max(1, max(map(len, self._doc_ids)))}")  # (N,)
+        if len(np.unique(doc_ids)) != len(doc_ids):
+            repeated = [doc_id.decode("utf-8", "surrogatepass")
+                        for doc_id, n in Counter(self._doc_ids).items() if n > 1]
+            raise ValueError(f"document ids must be unique; repeated: {repeated[:5]}")
+        lengths = np.asarray(self._lengths, dtype=np.int64)  # (N,)
+        codes = np.concatenate([c for c, _ in self._pairs])  # (P,) per chunk ascending; chunks hold other docs
+        term_freq = np.concatenate([f for _, f in self._pairs])  # (P,)
+        terms = [_utf8(term) for term in self._term_ids]  # provisional id order
+        self._term_ids, self._doc_ids, self._lengths, self._pairs = {}, [], [], []  # free them before the sort
+        self._pending_first_doc = 0
+
+        # Final term ids are the ranks of the terms' bytes; postings sorted by (term, document).
+        by_bytes = sorted(range(len(terms)), key=terms.__getitem__)
+        rank = np.empty(len(terms), dtype=np.int64)
+        rank[by_bytes] = np.arange(len(terms))
+        codes = (rank[codes >> 32] << 32) | (codes & 0xFFFFFFFF)
+        order = np.argsort(codes, kind="stable")
+        codes, term_freq = codes[order], term_freq[order]
+        del order
+        posting_term = codes >> 32  # (P,)
+        posting_doc = (codes & 0xFFFFFFFF).astype(np.int32)  # (P,) ascending within each term
+        del codes
+
+        # Lucene's collection statistics count only documents with at least one token in the field
+        # (CollectionStatistics.docCount); an empty document changes neither idf nor avgdl.
+        docs_with_terms = max(int(np.count_nonzero(lengths)), 1)
+        avg_doc_length = np.float32(int(lengths.sum()) / docs_with_terms)
+        norm_inverse = _norm_inverses(lengths, avg_doc_length)  # (N,) float32
+        posting_denominator = np.float32(1.0) + term_freq.astype(np.float32) * norm_inverse[posting_doc]  # (P,)
+        del term_freq
+        doc_freq = np.bincount(posting_term, minlength=len(terms))  # (V,)
+        del posting_term
+        posting_start = np.zeros(len(terms) + 1, dtype=np.int64)  # (V + 1,)
+        np.cumsum(doc_freq, out=posting_start[1:])
+        if len(terms):
+            max_denominator = np.maximum.reduceat(posting_denominator, posting_start[:-1])  # (V,) every df >= 1
+        else:
+            max_denominator = np.zeros(0, dtype=np.float32)
+
+        # Champion lists: each long term's CHAMPIONS_PER_TERM postings of largest denominator, documents ascending.
+        long_terms = np.flatnonzero(doc_freq > CHAMPIONS_PER_TERM)
+        champion_start = np.zeros(len(terms) + 1, dtype=np.int64)
+        champion_start[long_terms + 1] = CHAMPIONS_PER_TERM
+        np.cumsum(champion_start, out=champion_start)
+        champion_doc = np.empty(int(champion_start[-1]), dtype=np.int32)
+        for t in long_terms.tolist():
+            lo, hi = int(posting_start[t]), int(posting_start[t + 1])
+            best = np.argpartition(posting_denominator[lo:hi], hi - lo - CHAMPIONS_PER_TERM)[-CHAMPIONS_PER_TERM:]
+            champion_doc[champion_start[t]:champion_start[t + 1]] = np.sort(posting_doc[lo:hi][best])
+
+        id_rank = np.empty(len(doc_ids), dtype=np.int32)  # the secondary sort key: Anserini sorts ties by id
+        id_rank[np.argsort(doc_ids, kind="stable")] = np.arange(len(doc_ids), dtype=np.int32)
+        term_bytes = np.frombuffer(b"".join(terms[i] for i in by_bytes), dtype=np.uint8)  # (B,)
+        term_offsets = np.zeros(len(terms) + 1, dtype=np.int64)  # (V + 1,)
+        np.cumsum(np.array([len(terms[i]) for i in by_bytes], dtype=np.int64), out=term_offsets[1:])
+        arrays = {
+            "doc_ids": doc_ids, "id_rank": id_rank, "posting_start": posting_start, "posting_doc": posting_doc,
+            "posting_denominator": posting_denominator, "idf": _idfs(doc_freq, docs_with_terms),
+            "max_denominator": max_denominator, "champion_start": champion_start, "champion_doc": champion_doc,
+            "term_bytes": term_bytes, "term_offsets": term_offsets,
+        }
+        return SearchEngine._from_arrays(arrays, docs_with_terms, avg_doc_length, None)
+
+
 class SearchEngine:
-    """BM25 over an in-memory inverted index, ranked exactly as WebShop's pyserini ``LuceneSearcher`` ranks.
+    """BM25 over an inverted index, ranked exactly as WebShop's pyserini ``LuceneSearcher`` ranks, with top-k pruning.
 
     Sources: Lucene 9.5 ``BM25Similarity`` (k1 = 0.9, b = 0.4), ``BooleanQuery`` disjunction scoring, Anserini
     ``BagOfWordsQueryGenerator`` and ``SimpleSearcher.search`` (ties broken by document id); WebShop
     ``web_agent_site/engine/engine.py`` (``get_top_n_product_from_keywords``).
 
-    Index layout (CSR over terms; P = total number of distinct (term, document) pairs):
+    Two ways to rank, with the same result to the last bit:
+
+    * :meth:`scores` / :meth:`search_exhaustive` score every document (O(N + postings of the query's terms)); this
+      is the reference.
+    * :meth:`search` prunes with MaxScore (Turtle & Flood, "Query evaluation: strategies and optimizations",
+      Information Processing & Management 31(6), 1995), done a term at a time with NumPy: (1) the query terms'
+      champion lists and the rarest terms' postings are scored exactly, and their k-th best score is a lower bound
+      ``theta`` of the answer's k-th best; (2) with each term's highest possible score (from its largest stored
+      denominator), the terms are sorted by that bound, and the lowest-bound terms whose bounds add up to less than
+      ``theta`` are "non-essential": a document that holds none of the other ("essential") terms cannot reach the
+      top k, so only the essential terms' postings are read in full; (3) the non-essential terms are then looked up
+      for the surviving candidates only, largest bound first, and after each one ``theta`` is raised and every
+      candidate whose score so far plus the bounds still to come stays below ``theta`` is dropped; (4) the
+      candidates that can still reach the k-th best are scored again exactly as the reference does (terms added in
+      query order in double precision, then rounded to float32) and ranked by score, then id. Every test keeps a
+      margin (``_MARGIN``) above float rounding, so no document the reference ranks in the top k is ever dropped.
+      A query then costs about the postings of its rarer terms instead of all its terms' postings, and never O(N).
+
+    Index layout (CSR over terms, term ids in UTF-8 byte order of the terms; P = number of distinct
+    (term, document) pairs, V = number of terms, N = number of documents):
 
     * ``_posting_start``: (V + 1,) int64, term t's postings are ``[_posting_start[t], _posting_start[t + 1])``;
     * ``_posting_doc``: (P,) int32, document index of each posting, ascending within a term;
-    * ``_posting_denominator``: (P,) float32, ``1f + tf * normInverse(doc)``, the query-independent part of
-      the BM25 term score;
-    * ``_idf``: (V,) float32.
+    * ``_posting_denominator``: (P,) float32, ``1f + tf * normInverse(doc)``, the query-independent part of the
+      BM25 term score ``w - w / denominator``;
+    * ``_max_denominator``: (V,) float32, each term's largest denominator (its highest score is
+      ``w - w / _max_denominator[t]``, exact in float32 because each float operation here is monotonic);
+    * ``_champion_start`` / ``_champion_doc``: (V + 1,) int64 / (C,) int32, a CSR of each term's champion documents
+      (only terms with more than ``CHAMPIONS_PER_TERM`` postings have any; for the others, all postings are);
+    * ``_idf``: (V,) float32; ``_doc_ids``: (N,) bytes, the ids' UTF-8; ``_id_rank``: (N,) int32, each id's rank
+      in sorted order (the tie-break); ``_term_bytes`` / ``_term_offsets``: the sorted vocabulary.
+
+    An index is built in memory (the constructor, :meth:`from_contents`, or :class:`SearchIndexBuilder` for one
+    document at a time), written with :meth:`save` and opened memory-mapped with :meth:`load`, so an index larger
+    than memory costs only the pages that queries read. Thread-safe for queries: each thread gets its own scratch
+    arrays (two of N entries, 9 bytes per document, made on its first pruned query).
 
     Attributes:
-        doc_ids: the document ids (ASINs), in index order.
         doc_count: number of documents, N.
         avg_doc_length: float32, Lucene's avgdl: total tokens / number of documents with at least one token.
+        folder: the folder the index was loaded from, or None for an index built in memory.
     """
 
     def __init__(self, doc_ids: Sequence[str], doc_tokens: Sequence[Sequence[str]]) -> None:
@@ -249,52 +491,25 @@ class SearchEngine:
         """
         if len(doc_ids) != len(doc_tokens):
             raise ValueError(f"got {len(doc_ids)} doc ids but {len(doc_tokens)} token lists; they must pair up")
-        if not doc_ids:
-            raise ValueError("cannot build a search index over zero documents")
-        if len(set(doc_ids)) != len(doc_ids):
-            repeated = [doc_id for doc_id, n in Counter(doc_ids).items() if n > 1]
-            raise ValueError(f"document ids must be unique; repeated: {repeated[:5]}")
+        builder = SearchIndexBuilder()
+        for doc_id, tokens in zip(doc_ids, doc_tokens):
+            builder.add(doc_id, tokens)
+        self.__dict__.update(builder.build().__dict__)
 
-        self.doc_ids: list[str] = list(doc_ids)
-        self.doc_count: int = len(self.doc_ids)
-        # Rank of each id in sorted order: the secondary sort key (Anserini sorts ties by the id string).
-        self._id_rank = np.empty(self.doc_count, dtype=np.int64)
-        self._id_rank[np.argsort(np.array(self.doc_ids, dtype=object), kind="stable")] = np.arange(self.doc_count)
-
-        lengths = np.array([len(tokens) for tokens in doc_tokens], dtype=np.int64)  # (N,)
-        # Lucene's collection statistics count only documents with at least one token in the field
-        # (CollectionStatistics.docCount); an empty document changes neither idf nor avgdl.
-        self._docs_with_terms = max(int(np.count_nonzero(lengths)), 1)
-        self.avg_doc_length = np.float32(int(lengths.sum()) / self._docs_with_terms)
-        quantised = np.array([quantize_length(int(n)) for n in lengths], dtype=np.float32)  # (N,)
-        # Lucene's cache[norm] = 1f / (k1 * ((1 - b) + b * L / avgdl)), each step rounded to float32.
-        with np.errstate(divide="ignore", invalid="ignore"):  # avgdl = 0 only if no document has a token
-            norm_inverse = np.float32(1.0) / (
-                BM25_K1 * ((np.float32(1.0) - BM25_B) + BM25_B * quantised / self.avg_doc_length)
-            )  # (N,) float32
-
-        # Every (term, document) pair becomes one code term * N + doc; the distinct codes, sorted, are the
-        # postings grouped by term with documents ascending, and their multiplicities are the term frequencies.
-        self._term_index: dict[str, int] = {}
-        token_terms = [self._term_index.setdefault(term, len(self._term_index))
-                       for tokens in doc_tokens for term in tokens]
-        token_docs = np.repeat(np.arange(self.doc_count, dtype=np.int64), lengths)  # (T,)
-        codes, term_freq = np.unique(np.asarray(token_terms, dtype=np.int64) * self.doc_count + token_docs,
-                                     return_counts=True)  # (P,), (P,)
-        posting_term = codes // self.doc_count
-        self._posting_doc = (codes % self.doc_count).astype(np.int32)  # (P,)
-        doc_freq = np.bincount(posting_term, minlength=len(self._term_index))  # (V,)
-        self._posting_start = np.zeros(len(self._term_index) + 1, dtype=np.int64)  # (V + 1,)
-        np.cumsum(doc_freq, out=self._posting_start[1:])
-        self._posting_denominator = (
-            np.float32(1.0) + term_freq.astype(np.float32) * norm_inverse[self._posting_doc]
-        )  # (P,) float32
-        # idf in double with the C library's log, rounded once to float32 (Lucene BM25Similarity.idf). Only the
-        # distinct document frequencies need a log.
-        distinct_df, df_slot = np.unique(doc_freq, return_inverse=True)
-        n = self._docs_with_terms
-        idf_of_df = [math.log(1.0 + (n - df + 0.5) / (df + 0.5)) for df in distinct_df.tolist()]
-        self._idf = np.array(idf_of_df, dtype=np.float64).astype(np.float32)[df_slot]  # (V,) float32
+    @classmethod
+    def _from_arrays(cls, arrays: dict[str, np.ndarray], docs_with_terms: int, avg_doc_length: np.float32,
+                     folder: Path | None) -> SearchEngine:
+        engine = cls.__new__(cls)
+        for name in _ARRAYS:
+            setattr(engine, f"_{name}", arrays[name])
+        engine.doc_count = len(engine._doc_ids)
+        engine.avg_doc_length = np.float32(avg_doc_length)
+        engine.folder = folder
+        engine._docs_with_terms = docs_with_terms
+        engine._vocabulary = _Vocabulary(engine._term_bytes, engine._term_offsets)
+        engine._term_id = lru_cache(maxsize=1 << 16)(engine._vocabulary.get)  # queries repeat their words
+        engine._scratch = threading.local()
+        return engine
 
     @classmethod
     def from_contents(cls, doc_ids: Sequence[str], contents: Sequence[str]) -> SearchEngine:
@@ -315,42 +530,139 @@ class SearchEngine:
         """
         return cls(doc_ids, [analyze(text) for text in contents])
 
+    # ------------------------------------------------------------------------------------------- files
+    def save(self, folder: str | Path) -> None:
+        """Write the index into ``folder`` (created if needed): one ``.npy`` file per array and
+        ``search_index.json``. Not atomic by itself; write into a temporary folder and rename it
+        (``utils.files.atomic_directory``) when readers may be looking.
+        """
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in _ARRAYS:
+            np.save(folder / f"{name}.npy", np.ascontiguousarray(getattr(self, f"_{name}")), allow_pickle=False)
+        meta = {"format_version": INDEX_FORMAT_VERSION, "doc_count": self.doc_count,
+                "docs_with_terms": self._docs_with_terms, "avg_doc_length": float(self.avg_doc_length),
+                "vocabulary_size": self.vocabulary_size, "postings": len(self._posting_doc),
+                "champions_per_term": CHAMPIONS_PER_TERM}
+        (folder / INDEX_META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: str | Path, mmap: bool = True) -> SearchEngine:
+        """Open an index written by :meth:`save`; with ``mmap`` its arrays are memory-mapped (read-only), so opening
+        takes O(1) time and memory and queries read only the pages they touch.
+
+        Raises:
+            FileNotFoundError: ``folder`` lacks ``search_index.json`` or an array file (the message names it).
+            ValueError: the index has another format version (rebuild it) or a malformed file.
+        """
+        folder = Path(folder)
+        meta_path = folder / INDEX_META_FILE
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{meta_path} does not exist: {folder} holds no saved search index "
+                                    "(SearchEngine.save writes one)")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            version = meta.get("format_version")
+        except (ValueError, AttributeError) as e:
+            raise ValueError(f"{meta_path}: not a JSON object of index settings ({e})") from e
+        if version != INDEX_FORMAT_VERSION or meta.get("champions_per_term") != CHAMPIONS_PER_TERM:
+            raise ValueError(f"{meta_path}: index format_version {version!r}, champions_per_term "
+                             f"{meta.get('champions_per_term')!r}; this code reads version {INDEX_FORMAT_VERSION} "
+                             f"with {CHAMPIONS_PER_TERM} champions per term: rebuild the index")
+        arrays = {}
+        for name in _ARRAYS:
+            path = folder / f"{name}.npy"
+            if not path.is_file():
+                raise FileNotFoundError(f"{path} does not exist: the saved index in {folder} is incomplete; "
+                                        "rebuild it")
+            arrays[name] = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        if len(arrays["doc_ids"]) != meta["doc_count"] or len(arrays["posting_doc"]) != meta["postings"]:
+            raise ValueError(f"{folder}: the array files do not match {INDEX_META_FILE}; rebuild the index")
+        return cls._from_arrays(arrays, int(meta["docs_with_terms"]), np.float32(meta["avg_doc_length"]), folder)
+
+    def __getstate__(self) -> dict:
+        """Pickle a loaded index as its folder (the other process maps the same files); an in-memory one whole."""
+        if self.folder is not None:
+            return {"folder": self.folder}
+        return {name: value for name, value in self.__dict__.items()
+                if name not in ("_scratch", "_vocabulary", "_term_id")}
+
+    def __setstate__(self, state: dict) -> None:
+        if "folder" in state and len(state) == 1:
+            self.__dict__.update(SearchEngine.load(state["folder"]).__dict__)
+            return
+        arrays = {name: state[f"_{name}"] for name in _ARRAYS}
+        self.__dict__.update(SearchEngine._from_arrays(arrays, state["_docs_with_terms"], state["avg_doc_length"],
+                                                       None).__dict__)
+
+    # ------------------------------------------------------------------------------------------- lookups
     @property
     def vocabulary_size(self) -> int:
         """Number of distinct terms in the index, V."""
-        return len(self._term_index)
+        return len(self._vocabulary)
+
+    @property
+    def doc_ids(self) -> list[str]:
+        """The document ids (ASINs) in index order; built on each call, O(N)."""
+        return [self.doc_id(i) for i in range(self.doc_count)]
+
+    def doc_id(self, i: int) -> str:
+        """The id of document ``i`` (0 <= i < N)."""
+        return self._doc_ids[i].decode("utf-8", "surrogatepass")
 
     def doc_freq(self, term: str) -> int:
         """Number of documents that contain the analysed ``term`` (0 for an unknown term)."""
-        t = self._term_index.get(term)
+        t = self._term_id(term)
         return 0 if t is None else int(self._posting_start[t + 1] - self._posting_start[t])
 
-    def scores(self, query: str) -> np.ndarray:
-        """BM25 scores of every document for ``query``: (N,) float32, 0 for documents that match no term.
+    def _query_terms(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """The query's known terms as (term ids (Q,) int64, weights (Q,) float32), in first-occurrence order.
 
-        Each query term is one SHOULD clause whose boost is the term's count in the analysed query (Anserini
-        BagOfWords). Terms absent from the index are ignored.
+        Each distinct term is one SHOULD clause whose boost is its count in the analysed query (Anserini
+        BagOfWords); Lucene's clause weight is ``boost * idf`` in float32. Terms absent from the index are dropped.
         """
         counts = Counter(analyze(query))
-        term_ids = [self._term_index[term] for term in counts if term in self._term_index]
-        if not term_ids:
-            return np.zeros(self.doc_count, dtype=np.float32)
-        boosts = np.array([counts[term] for term in counts if term in self._term_index], dtype=np.float32)
-        weights = boosts * self._idf[term_ids]  # (Q,) float32, Lucene's weight = boost * idf
+        found = [(t, n) for t, n in ((self._term_id(term), n) for term, n in counts.items()) if t is not None]
+        term_ids = np.array([t for t, _ in found], dtype=np.int64)
+        boosts = np.array([n for _, n in found], dtype=np.float32)
+        return term_ids, boosts * self._idf[term_ids]  # (Q,), (Q,) float32
 
+    # ------------------------------------------------------------------------------------------- reference
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 scores of every document for ``query``: (N,) float32, 0 for documents that match no term. O(N)."""
+        term_ids, weights = self._query_terms(query)
+        if not len(term_ids):
+            return np.zeros(self.doc_count, dtype=np.float32)
         starts = self._posting_start[term_ids]
-        ends = self._posting_start[np.asarray(term_ids) + 1]
+        ends = self._posting_start[term_ids + 1]
         slices = [slice(s, e) for s, e in zip(starts.tolist(), ends.tolist())]
         docs = np.concatenate([self._posting_doc[s] for s in slices])  # (P_q,) int32
         denominators = np.concatenate([self._posting_denominator[s] for s in slices])  # (P_q,) float32
         posting_weights = np.repeat(weights, ends - starts)  # (P_q,) float32
         term_scores = posting_weights - posting_weights / denominators  # (P_q,) float32, one rounding per op
-        # Lucene adds clause scores in double and casts the sum to float once; bincount adds in double.
+        # Lucene adds clause scores in double and casts the sum to float once; bincount adds in double, each
+        # document's clauses in query-term order.
         total = np.bincount(docs, weights=term_scores.astype(np.float64), minlength=self.doc_count)  # (N,)
         return total.astype(np.float32)
 
+    def search_exhaustive(self, query: str, k: int = 50) -> list[tuple[str, float]]:
+        """:meth:`search` without pruning: every document scored (:meth:`scores`), then ranked. The reference the
+        pruned search is tested against; O(N) per query.
+
+        Raises:
+            ValueError: ``k`` is negative.
+        """
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        scores = self.scores(query)  # (N,) float32
+        docs = np.flatnonzero(scores > 0).astype(np.int32)
+        return self._hits(*self._select(docs, scores[docs], k))
+
+    # ------------------------------------------------------------------------------------------- pruned
     def search(self, query: str, k: int = 50) -> list[tuple[str, float]]:
         """The top-``k`` documents for ``query``, as WebShop's ``LuceneSearcher.search(query, k)`` returns them.
+
+        Pruned (MaxScore, see the class docstring); the result equals :meth:`search_exhaustive`'s, scores included.
 
         Args:
             query: the raw query text (WebShop passes the lower-cased ``search[...]`` argument). It is analysed
@@ -367,19 +679,130 @@ class SearchEngine:
         """
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
-        scores = self.scores(query)  # (N,) float32
-        hits = np.flatnonzero(scores > 0)  # (H,)
-        if k == 0 or hits.size == 0:
+        term_ids, weights = self._query_terms(query)
+        if k == 0 or not len(term_ids):
             return []
-        hit_scores = scores[hits]
-        if hits.size > k:
+        return self._hits(*self._top_k(term_ids, weights, k))
+
+    def _hits(self, docs: np.ndarray, scores: np.ndarray) -> list[tuple[str, float]]:
+        return [(self.doc_id(d), s) for d, s in zip(docs.tolist(), scores.tolist())]
+
+    def _select(self, docs: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rank documents by float32 score descending, then id ascending; keep the first k with score > 0."""
+        positive = scores > 0
+        docs, scores = docs[positive], scores[positive]
+        if k == 0 or docs.size == 0:
+            return docs[:0], scores[:0]
+        if docs.size > k:
             # Keep every document scoring at least the k-th best score (ties at the cut stay for the id sort).
-            kth_best = np.partition(hit_scores, hits.size - k)[hits.size - k]
-            keep = hit_scores >= kth_best
-            hits, hit_scores = hits[keep], hit_scores[keep]
-        order = np.lexsort((self._id_rank[hits], -hit_scores))[:k]  # last key is the primary one
-        ranked = hits[order]
-        return [(self.doc_ids[i], float(s)) for i, s in zip(ranked.tolist(), scores[ranked].tolist())]
+            keep = scores >= np.partition(scores, docs.size - k)[docs.size - k]
+            docs, scores = docs[keep], scores[keep]
+        order = np.lexsort((self._id_rank[docs], -scores))[:k]  # last key is the primary one
+        return docs[order], scores[order]
+
+    def _postings(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Term ``t``'s documents (ascending) and denominators."""
+        lo, hi = self._posting_start.item(t), self._posting_start.item(t + 1)
+        return self._posting_doc[lo:hi], self._posting_denominator[lo:hi]
+
+    def _buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        """This thread's scratch arrays: (N,) float64 of zeros and (N,) bool of False (restored after each use)."""
+        scratch = self._scratch
+        if getattr(scratch, "sums", None) is None:
+            scratch.sums = np.zeros(self.doc_count, dtype=np.float64)
+            scratch.seen = np.zeros(self.doc_count, dtype=bool)
+        return scratch.sums, scratch.seen
+
+    def _contributions(self, t: int, weight: np.float32, docs: np.ndarray) -> np.ndarray:
+        """Term ``t``'s float32 score in each of ``docs`` (int32, ascending, distinct), 0 where it is absent, as
+        (len(docs),) float64. Binary search into the postings, or a scatter and gather when ``docs`` is long."""
+        post_docs, denominators = self._postings(t)
+        if len(post_docs) < len(docs) * math.log2(len(post_docs) + 1) / 2:
+            sums, _ = self._buffers()
+            sums[post_docs] = weight - weight / denominators
+            out = sums[docs]
+            sums[post_docs] = 0.0
+            return out
+        at = np.searchsorted(post_docs, docs)  # (D,)
+        at[at == len(post_docs)] = 0
+        found = post_docs[at] == docs
+        term_scores = weight - weight / denominators[at[found]]  # float32
+        out = np.zeros(len(docs), dtype=np.float64)
+        out[found] = term_scores
+        return out
+
+    def _exact_scores(self, term_ids: np.ndarray, weights: np.ndarray, docs: np.ndarray) -> np.ndarray:
+        """The float32 scores of ``docs`` (int32, ascending, distinct), computed as :meth:`scores` does: each
+        document's clause scores added in double in query-term order (adding 0.0 for an absent term is exact)."""
+        total = np.zeros(len(docs), dtype=np.float64)
+        for t, weight in zip(term_ids.tolist(), weights):
+            total += self._contributions(t, weight, docs)
+        return total.astype(np.float32)
+
+    def _top_k(self, term_ids: np.ndarray, weights: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """MaxScore (class docstring): the top-k documents and their float32 scores, ranked."""
+        doc_freq = self._posting_start[term_ids + 1] - self._posting_start[term_ids]  # (Q,)
+        if len(term_ids) == 1:
+            docs, denominators = self._postings(term_ids.item(0))
+            return self._select(docs, weights[0] - weights[0] / denominators, k)
+        if int(doc_freq.sum()) <= DIRECT_POSTINGS:
+            docs = _union([self._postings(t)[0] for t in term_ids.tolist()])
+            return self._select(docs, self._exact_scores(term_ids, weights, docs), k)
+
+        # (1) A lower bound theta on the k-th best score: exact scores of the champions and the rarest postings.
+        sample, budget = [], SAMPLE_POSTINGS
+        for j in np.argsort(doc_freq, kind="stable").tolist():
+            t = term_ids.item(j)
+            if doc_freq[j] <= budget:
+                sample.append(self._postings(t)[0])
+                budget -= int(doc_freq[j])
+            elif doc_freq[j] <= CHAMPIONS_PER_TERM:
+                sample.append(self._postings(t)[0])
+            else:
+                sample.append(self._champion_doc[self._champion_start.item(t):self._champion_start.item(t + 1)])
+        sample_docs = _union(sample)
+        theta = _kth_largest(self._exact_scores(term_ids, weights, sample_docs), k)
+
+        # (2) Essential terms: those whose bounds, added from the lowest, reach theta.
+        bounds = weights - weights / self._max_denominator[term_ids]  # (Q,) float32, each term's highest score
+        by_bound = np.argsort(bounds, kind="stable")  # ascending
+        bound_sums = np.cumsum(bounds[by_bound].astype(np.float64))  # (Q,) bound of the first j + 1 terms
+        num_optional = min(int(np.searchsorted(bound_sums, theta * _MARGIN, side="left")), len(term_ids) - 1)
+
+        # (3) Candidates: every document of an essential term, with its essential terms' scores.
+        essential = by_bound[num_optional:].tolist()
+        if len(essential) == 1:
+            docs, denominators = self._postings(term_ids.item(essential[0]))
+            weight = weights[essential[0]]
+            partial = (weight - weight / denominators).astype(np.float64)
+        else:
+            sums, seen = self._buffers()
+            lists = []
+            for j in essential:
+                post_docs, denominators = self._postings(term_ids.item(j))
+                sums[post_docs] += weights[j] - weights[j] / denominators
+                seen[post_docs] = True
+                lists.append(post_docs)
+            if sum(len(p) for p in lists) * 16 < self.doc_count:
+                docs = _union(lists)
+            else:
+                docs = np.flatnonzero(seen).astype(np.int32)
+            partial = sums[docs]
+            sums[docs] = 0.0
+            seen[docs] = False
+
+        # (4) Non-essential terms, highest bound first, for the candidates that can still reach theta.
+        for i in range(num_optional - 1, -1, -1):
+            theta = max(theta, _kth_largest(partial, k))
+            keep = partial + bound_sums[i] >= theta * _MARGIN  # bound_sums[i]: terms i, i - 1, ..., 0 to come
+            docs, partial = docs[keep], partial[keep]
+            j = by_bound.item(i)
+            partial = partial + self._contributions(term_ids.item(j), weights[j], docs)
+
+        # (5) The documents that can reach the k-th best full score, scored again as the reference scores them.
+        near = partial >= _kth_largest(partial, k) * _MARGIN
+        docs = docs[near]
+        return self._select(docs, self._exact_scores(term_ids, weights, docs), k)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(doc_count={self.doc_count}, vocabulary_size={self.vocabulary_size}, "

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import random
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
@@ -20,6 +22,7 @@ from .catalog import (
     PACKAGED_TITLE_NOUNS,
     DataFiles,
     WebShopDataError,
+    describe_packaged_use,
     generate_product_prices,
     load_doc_tokens,
     load_packaged_table,
@@ -30,12 +33,16 @@ from .catalog import (
 from .goals import human_goals, split_range, synthetic_goals
 from .reward import alphabetic_nouns, get_reward
 from .search import SearchEngine, analyze
+from .store import NounTable, PriceTable, ProductStore, open_store, store_goals
 
 log = logging.getLogger(__name__)
 
 #: Where the embedded default (the synthetic catalog) is generated when no data directory is given.
 DEFAULT_SYNTHETIC_DIR = Path("data") / "synthetic" / "seed0"
 SEARCH_RETURN_N = 50  # engine.py: top-50 hits per query
+#: ``WebShop.load(cache=None)`` stores a catalog on disk (``store``) when its product file has at least this many bytes
+#: (about 40 k products); smaller ones load into memory, which is faster for them. Both give the same shop.
+LARGE_CATALOG_BYTES = 64 << 20
 SPECIAL_PREFIXES = ("<r>", "<a>", "<c>", "<q>")
 
 
@@ -43,10 +50,12 @@ class WebShop:
     """A loaded WebShop catalog.
 
     Attributes:
-        products: processed product dicts in file order.
-        product_by_asin: ASIN -> processed product.
+        products: processed product dicts in file order: a list, or for a catalog stored on disk a
+            ``store.ProductStore`` (a read-only sequence that decodes each product when it is read).
+        product_by_asin: ASIN -> processed product (a dict, or a read-only mapping over the store).
         prices: ASIN -> price in dollars (range prices sampled with the seeded RNG).
-        goals: the goal dicts in seed order (index i is goal i; splits are index ranges).
+        goals: the goal dicts in seed order (index i is goal i; splits are index ranges): a list, or for a stored
+            catalog with synthetic goals a ``goals.SyntheticGoals`` that builds each goal when it is read.
         data_dir: the folder the files were read from.
         goal_kind: "synthetic" or "human".
         noun_source: where title nouns come from ("spacy table: <file>", the package data, or the fallback).
@@ -56,11 +65,11 @@ class WebShop:
 
     def __init__(
         self,
-        products: list[dict],
-        prices: dict[str, float],
-        goals: list[dict],
+        products: Sequence[dict],
+        prices: Mapping[str, float],
+        goals: Sequence[dict],
         search_engine: SearchEngine,
-        title_nouns: Mapping[str, list[str]] | None,
+        title_nouns: Mapping[str, list[str]] | NounTable | None,
         data_dir: Path,
         goal_kind: str,
         seed: int,
@@ -69,7 +78,8 @@ class WebShop:
         token_source: str = "",
     ):
         self.products = products
-        self.product_by_asin = {p["asin"]: p for p in products}
+        self.product_by_asin = products.by_asin if isinstance(products, ProductStore) else \
+            {p["asin"]: p for p in products}
         self.prices = prices
         self.goals = goals
         self.search_engine = search_engine
@@ -80,8 +90,10 @@ class WebShop:
         self.token_source = token_source
         self.special_queries = special_queries
         # title nouns by product *name*: both names in the reward formula are catalog product names.
-        self._nouns_by_name: dict[str, list[str]] = {}
-        if title_nouns is not None:
+        self._nouns_by_name: dict[str, list[str]] | NounTable = {}
+        if isinstance(title_nouns, NounTable):  # a stored catalog's table, already by name
+            self._nouns_by_name = title_nouns
+        elif title_nouns is not None:
             for p in products:
                 if p["asin"] in title_nouns:
                     self._nouns_by_name.setdefault(p["name"], title_nouns[p["asin"]])
@@ -95,6 +107,8 @@ class WebShop:
         goals: str = "synthetic",
         seed: int = 233,
         special_queries: bool = False,
+        cache: bool | None = None,
+        cache_dir: str | os.PathLike | None = None,
     ) -> WebShop:
         """Load a data directory (or generate/reuse the synthetic catalog when ``data_dir`` is None).
 
@@ -111,10 +125,17 @@ class WebShop:
                 (``random.seed(233)`` before loading and again before the shuffle).
             special_queries: honour the original's debug prefixes ``<r>``/``<c>``/``<q>`` in search (off: they
                 are ordinary words, so an agent cannot list a whole category).
+            cache: keep the catalog on disk (``store``: built once from the raw files into a folder keyed by their
+                SHA-256, then memory-mapped: the full catalog loads in seconds and holds little memory), or load it
+                into memory (False). None: on disk when the product file has at least ``LARGE_CATALOG_BYTES``. The
+                shop is the same either way (products, prices, goals, rankings and rewards).
+            cache_dir: the cache root for ``cache``: None = ``$APO_WEBSHOP_CACHE``, else ``data/webshop_cache`` in
+                the current directory.
 
         Raises:
             WebShopDataError: a missing or malformed data file (named in the message).
             ValueError: ``goals`` is not "synthetic" or "human".
+            OSError: the cache folder cannot be written (name another with ``cache_dir`` or ``$APO_WEBSHOP_CACHE``).
         """
         if goals not in ("synthetic", "human"):
             raise ValueError(f"goals must be 'synthetic' or 'human', got {goals!r}")
@@ -123,6 +144,12 @@ class WebShop:
 
             data_dir = ensure_catalog(DEFAULT_SYNTHETIC_DIR)
         files = DataFiles.find(data_dir)
+        if cache or (cache is None and files.products.stat().st_size >= LARGE_CATALOG_BYTES):
+            store = open_store(files, goals, cache_dir)
+            tables = store.seed_tables(seed, goals)
+            return cls(store, PriceTable(store, tables["prices"]), store_goals(store, tables, goals, seed),
+                       store.search_engine(), store.nouns, Path(data_dir), goals, seed,
+                       store.manifest["noun_source"], special_queries, store.manifest["token_source"])
         rng = random.Random(seed)
         products = load_products(files, human_goals=(goals == "human"))
         prices = generate_product_prices(products, rng)
@@ -141,8 +168,8 @@ class WebShop:
             documents = {p["asin"]: search_document(p) for p in products}
             packaged, differing = match_packaged(load_packaged_table(PACKAGED_DOC_TOKENS)[1], documents)
             engine = SearchEngine(asins, [packaged[a] if a in packaged else analyze(documents[a]) for a in asins])
-            token_source = _packaged_source(data_dir, "Lucene tokens", "search document", len(asins), packaged,
-                                            differing, "the project's analyzer (search.analyze)")
+            token_source = describe_packaged_use(data_dir, "Lucene tokens", "search document", len(asins),
+                                                 len(packaged), differing, "the project's analyzer (search.analyze)")
 
         title_nouns = None
         noun_source = "fallback: alphabetic tokens of the name (no title-noun table in the data directory)"
@@ -155,8 +182,8 @@ class WebShop:
             names = {p["asin"]: p["name"] for p in products}
             title_nouns, differing = match_packaged(load_packaged_table(PACKAGED_TITLE_NOUNS)[1], names)
             if title_nouns:
-                noun_source = _packaged_source(data_dir, "spaCy title nouns", "name", len(names), title_nouns,
-                                               differing, "alphabetic tokens of the name")
+                noun_source = describe_packaged_use(data_dir, "spaCy title nouns", "name", len(names),
+                                                    len(title_nouns), differing, "alphabetic tokens of the name")
             else:
                 log.warning("%s has no title-noun table; title_score uses %s", data_dir, noun_source)
                 title_nouns = None
@@ -222,17 +249,3 @@ class WebShop:
         return (f"WebShop({self.data_dir}, {len(self.products)} products, {len(self.goals)} {self.goal_kind} goals, "
                 f"seed={self.seed})")
 
-
-def _packaged_source(data_dir: str | Path, what: str, text: str, total: int, matched: Mapping, differing: list[str],
-                     fallback: str) -> str:
-    """Describe (and log) how much of a catalog the package data covers; warn about products whose text differs."""
-    if not matched and not differing:  # a catalog the package knows nothing of (e.g. a synthetic one)
-        return fallback
-    source = f"package data {what} for {len(matched)} of {total} products, {fallback} for the rest"
-    if differing:
-        log.warning("%s: %d products' %s differs from the text the packaged %s were computed from (e.g. %s); "
-                    "they use %s instead, which may not reproduce the original WebShop exactly",
-                    data_dir, len(differing), text, what, ", ".join(differing[:5]), fallback)
-    else:
-        log.info("%s: %s", data_dir, source)
-    return source
