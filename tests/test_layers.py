@@ -8,7 +8,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "apo_lightning"
 #: Bottom to top: a module may import its own layer and the layers before it, nothing after.
-LAYERS = ("utils", "webshop", "models", "rollout", "baselines", "apo", "eval", "lit")
+LAYERS = ("utils", "webshop", "models", "rollout", "baselines", "apo", "eval", "lit", "integrations")
 
 
 def imports(root: Path, package: str = "apo_lightning") -> list[tuple[str, tuple[str, ...], int]]:
