@@ -79,6 +79,8 @@ OBJECTIVE_OVERLAYS = sorted((REPO / "configs" / "objective").glob("*.yaml"))
 OVERLAY_BASES = {"sft_quickstart_dart.yaml": ["sft_quickstart.yaml"],
                  "sft_quickstart_swap.yaml": ["sft_quickstart.yaml", "sft_quickstart_dart.yaml"],
                  "sft_webshop_1k_stage0.yaml": ["sft_tiny_cpu.yaml"],
+                 "sft_webshop_1k_reads.yaml": ["sft_tiny_cpu.yaml"],
+                 "webshop_1k_reads.yaml": ["webshop_1k.yaml", "webshop_1k_cpu.yaml", "webshop_1k_2h.yaml"],
                  "webshop_1k_cpu.yaml": ["webshop_1k.yaml"],
                  "webshop_1k_2h.yaml": ["webshop_1k.yaml", "webshop_1k_cpu.yaml"],
                  "cpu.yaml": ["smollm2.yaml"], "gpu.yaml": ["smollm2.yaml"]}  # configs/machine/ (tests/test_configs.py)

@@ -10,6 +10,10 @@ another value of an option — and then recovers (back to the results, or the ri
 context but is masked out of the loss; the recovery is learned. A policy trained on them has seen, and knows how to
 leave, states off the oracle's path.
 
+An instruction in other words (``webshop.wording``; drawn per episode in training that reads,
+``EnvConfig.vary_wording``) is searched with its own words (``scripted.OraclePolicy.queries_for``), so the policy
+imitates a search it can make from what it reads.
+
 Sessions a person recorded (``python -m apo_lightning.webshop serve --record FILE``) become demonstrations the same
 way: :class:`RecordedDemonstrator` replays their actions with the oracle's reply wording (:func:`reply_for`).
 """
@@ -17,7 +21,7 @@ way: :class:`RecordedDemonstrator` replays their actions with the oracle's reply
 from __future__ import annotations
 
 import random
-from typing import Collection, Sequence
+from typing import Callable, Collection, Sequence
 
 from ..rollout.chat import parse_reply
 from ..rollout.engine import RolloutEngine
@@ -113,15 +117,22 @@ class OracleDemonstrator:
 
 def oracle_demonstrations(engine: RolloutEngine, envs: Sequence[WebShopEnv], goal_indices: Sequence[int],
                           successful_only: bool = True, noise: float = 0.0, seed: int = 0,
-                          copies: int = 1) -> list[Trajectory]:
+                          copies: int = 1,
+                          make_envs: Callable[[list[int], int], Sequence[WebShopEnv]] | None = None
+                          ) -> list[Trajectory]:
     """Oracle trajectories for ``goal_indices``, rendered and tokenized by ``engine``.
 
     Args:
+        envs: the envs the episodes are played in, ``len(envs)`` at a time (reused).
         successful_only: keep only demonstrations that reach score 1.0 (the oracle's rare misses would teach
             wrong purchases).
         noise: DART's mistake probability per decision (module docstring); 0 = the plain oracle.
         seed: seeds the mistakes (each demonstration gets its own seed, derived from ``seed``, the goal and the copy).
         copies: demonstrations per goal (with noise, each makes its own mistakes).
+        make_envs: ``(goals, position) -> envs``, one env per episode of the chunk of ``len(envs)`` episodes that
+            starts at ``position`` (episodes in order: each goal's copies together), instead of ``envs``; e.g.
+            ``EnvConfig.training_envs``, whose episodes each show their own instruction (the oracle then searches
+            with that instruction's words: ``scripted.OraclePolicy.queries_for``).
     """
     trajectories: list[Trajectory] = []
     episodes = [(g, copy) for g in goal_indices for copy in range(copies)]
@@ -129,7 +140,8 @@ def oracle_demonstrations(engine: RolloutEngine, envs: Sequence[WebShopEnv], goa
         chunk = episodes[start:start + len(envs)]
         demonstrators = [OracleDemonstrator(noise, derive_seed(seed, "dart", g, copy)) for g, copy in chunk]
         chunk = [g for g, _ in chunk]
-        trajectories += engine.rollout(envs[: len(chunk)], chunk, seed=0, demonstrators=demonstrators)
+        chunk_envs = make_envs(chunk, start) if make_envs is not None else envs[: len(chunk)]
+        trajectories += engine.rollout(chunk_envs, chunk, seed=0, demonstrators=demonstrators)
     return [t for t in trajectories if t.success or not successful_only]
 
 

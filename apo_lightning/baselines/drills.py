@@ -20,6 +20,11 @@ page's option button and in the reply by a value of the same option from another
 offer: a product that never existed, whose value can only be copied from the instruction (docs/experiments.md,
 "References built further").
 
+With ``original_share`` set (training that reads, ``EnvConfig.vary_wording``) every drill shows its goal's
+instruction drawn afresh (``webshop.wording.drawn_goal``: the training family of phrasings, or the generator's words
+with that probability) wherever the turn shows it, and a search drill's reply searches with the drawn instruction's
+words (``scripted.OraclePolicy.queries_for``); only a drill in the generator's words may be spliced.
+
 Drills are training data: the SFT run trains on them through the Trainer before the demonstrations
 (``lit.sft_data``); this module only draws them and measures how well a model copies.
 """
@@ -35,6 +40,7 @@ import torch
 
 from ..rollout.chat import ChatFormat
 from ..webshop import WebShop, WebShopEnv
+from ..webshop.wording import drawn_goal
 from .demonstrations import reply_for
 from .scripted import OraclePolicy, scripted_steps, strip_price
 
@@ -78,22 +84,26 @@ class TurnDrills:
         max_steps: the env's step limit (shown as "actions left").
         swap: probability that an item-page drill whose reply clicks an option swaps that value for another
             product's (module docstring).
+        original_share: draw every drill's instruction afresh, keeping the generator's words with this probability
+            (module docstring); None: the instruction as ``shop`` words it.
 
     Raises:
-        ValueError: no goal, or ``splice`` or ``swap`` outside [0, 1].
+        ValueError: no goal, or ``splice``, ``swap`` or ``original_share`` outside [0, 1].
     """
 
     def __init__(self, shop: WebShop, chat: ChatFormat, tokenizer, goal_indices: Sequence[int],
-                 splice: float = 0.5, max_steps: int = 15, swap: float = 0.0) -> None:
+                 splice: float = 0.5, max_steps: int = 15, swap: float = 0.0,
+                 original_share: float | None = None) -> None:
         if not goal_indices:
             raise ValueError("goal_indices must hold at least one goal, got none")
-        for name, value in (("splice", splice), ("swap", swap)):
-            if not 0.0 <= value <= 1.0:
+        for name, value in (("splice", splice), ("swap", swap), ("original_share", original_share)):
+            if value is not None and not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         self.shop, self.chat, self.tokenizer = shop, chat, tokenizer
         self.goal_indices = list(goal_indices)
         self.splice = splice
         self.swap = swap
+        self.original_share = original_share
         self.env = WebShopEnv(shop, max_steps=max_steps)
         self.oracle = OraclePolicy()
         self._turns: dict[int, dict[str, tuple[int, str, dict, str, tuple[str, str] | None]]] = {}
@@ -127,7 +137,8 @@ class TurnDrills:
 
         Args:
             kind: the page kind (one of ``DRILL_PAGES``), or None for a random one.
-            splice: force or forbid a spliced instruction on a search drill (None: with probability ``splice``).
+            splice: force or forbid a spliced instruction on a search drill (None: with probability ``splice``);
+                only an instruction in the generator's words is spliced (its price clause ends it).
             swap: force or forbid a value swap on an item-page drill (None: with probability ``swap``; only when
                 the reply clicks an option whose value the instruction names word for word, as synthetic goals
                 do, and the catalog has another value of that option to swap in).
@@ -140,7 +151,15 @@ class TurnDrills:
         instruction = goal["instruction_text"]
         user = self.chat.turn_message(turn + 1, self.env.max_steps - turn if self.env.max_steps else None,
                                       observation, available)
-        if kind == "index" and (rng.random() < self.splice if splice is None else splice):
+        if self.original_share is not None:  # no draw without it: the drills of a run without it stay as they were
+            drawn = drawn_goal(goal, rng, self.original_share)
+            if drawn["instruction_text"] != instruction:
+                user = user.replace(instruction, drawn["instruction_text"])
+                if kind == "index":
+                    reply = reply.replace(OraclePolicy.queries_for(goal)[0], OraclePolicy.queries_for(drawn)[0])
+                goal, instruction = drawn, drawn["instruction_text"]
+        generators_words = goal.get("original_instruction_text", instruction) == instruction  # splicing keeps its end
+        if kind == "index" and generators_words and (rng.random() < self.splice if splice is None else splice):
             other = self.shop.goals[rng.choice(self.goal_indices)]["instruction_text"]
             spliced = splice_instructions(rng, instruction, other)
             user = user.replace(instruction, spliced)

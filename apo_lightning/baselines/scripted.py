@@ -50,6 +50,30 @@ def strip_price(instruction: str) -> str:
     return _PRICE_CLAUSE.sub("", instruction)
 
 
+def said_words(instruction: str, phrases: list[str]) -> str:
+    """The parts of ``instruction`` that say ``phrases`` (each found as whole words, any case), in the order the
+    instruction says them, as it writes them, joined by spaces; overlapping parts are joined into one. A phrase the
+    instruction does not say is left out.
+
+    ``said_words("I need decorative pillows. It should be double sided. Keep it under $50.", ["decorative pillows",
+    "double sided"])`` is ``"decorative pillows double sided"``.
+    """
+    spans = sorted(span for span in (_whole_words(instruction, p) for p in phrases if p) if span is not None)
+    parts, end = [], -1
+    for start, stop in spans:
+        if stop <= end:
+            continue
+        parts.append(instruction[max(start, end):stop].strip())
+        end = stop
+    return " ".join(p for p in parts if p)
+
+
+def _whole_words(text: str, phrase: str) -> tuple[int, int] | None:
+    """Where ``phrase`` first occurs in ``text`` as whole words, any case (None: nowhere)."""
+    match = re.search(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", text, re.IGNORECASE)
+    return match.span() if match else None
+
+
 def product_links(available_actions: dict[str, Any]) -> list[str]:
     """The lower-cased ASINs listed on a results page, in rank order."""
     return [c for c in available_actions["clickables"] if c not in NAV_BUTTONS and re.fullmatch(r"[0-9a-z]{10}", c)]
@@ -94,10 +118,10 @@ class RulePolicy:
 class OraclePolicy:
     """The goal-aware ceiling and SFT demonstrator.
 
-    It searches with queries built from the instruction text only (first without the price clause, then also
-    without the goal's option clause), pages through the results until the target ASIN is listed, opens it,
-    clicks the goal's option values (the closest clickable value for human goals' free-text options) and buys.
-    When no query lists the target it buys the first result of the first query with the same options.
+    It searches with queries made of the instruction's own words (:meth:`queries_for`), pages through the results
+    until the target ASIN is listed, opens it, clicks the goal's option values (the closest clickable value for
+    human goals' free-text options) and buys. When no query lists the target it buys the first result of the
+    first query with the same options.
     """
 
     def reset(self, goal: dict) -> None:
@@ -110,8 +134,22 @@ class OraclePolicy:
 
     @staticmethod
     def queries_for(goal: dict) -> list[str]:
-        """The oracle's search queries for ``goal``, in the order it tries them."""
-        text = strip_price(goal["instruction_text"])
+        """The oracle's search queries for ``goal``, in the order it tries them.
+
+        For the generator's instruction: the instruction without its price clause, then also without its option
+        clause. For an instruction in other words (``webshop.wording``: the goal keeps the generator's text as
+        ``original_instruction_text``), whose price and options may stand anywhere: the goal's query, attribute and
+        option words as that instruction says them, in its order (:func:`said_words`), then the same without the
+        option values; a policy imitating it learns to search with the words it reads, whatever the phrasing.
+        """
+        text = goal["instruction_text"]
+        if goal.get("original_instruction_text", text) != text:
+            options = goal["goal_options"]
+            values = list(options.values()) if isinstance(options, dict) else list(options)
+            facts = [goal["query"], *goal["attributes"]]
+            queries = [said_words(text, facts + values), said_words(text, facts)]
+            return [q for i, q in enumerate(queries) if q and q not in queries[:i]] or [text]
+        text = strip_price(text)
         queries = [text]
         options = goal["goal_options"]
         if isinstance(options, dict) and options:

@@ -3,13 +3,15 @@ here.
 
 The examples are rendered and tokenized by the rollout engine that RL samples with (so the token layout is
 identical) and stored as plain tensors (loaded with ``weights_only=True``) under a key over everything they depend on:
-the data, the env and prompt settings, the goals, the reply token limit, the tokenizer files and the DART noise.
+the data, the env and prompt settings, the goals, the reply token limit, the tokenizer files, the DART noise and,
+with the env's ``vary_wording``, which draw of the instructions they show.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
@@ -22,6 +24,7 @@ from ..rollout.chat import ChatFormat
 from ..rollout.engine import RolloutEngine
 from ..utils.files import atomic_write
 from ..utils.hashing import cache_key, hash_files
+from ..utils.seeds import derive_seed
 from ..webshop.sessions import read_sessions
 from .settings import EnvConfig
 
@@ -65,7 +68,7 @@ class _NoModel:
 
 def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat, tokenizer_dir: str,
                         goal_sets: dict[str, Sequence[int]], max_new_tokens: int, noise: DemoNoise = DemoNoise(),
-                        seed: int = 0, recorded: str | None = None) -> Path:
+                        seed: int = 0, recorded: str | None = None, draw: int = 0) -> Path:
     """Build (once) and return the cache file of successful oracle demonstrations on each named goal set.
 
     Args:
@@ -75,9 +78,13 @@ def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat,
         goal_sets: name -> goal indices, e.g. ``{"train": [...], "val": [...]}``.
         max_new_tokens: the reply token limit (a longer reply would be cut there, as in a rollout).
         noise: mistakes in the demonstrations (:class:`DemoNoise`); the default makes none.
-        seed: seeds the mistakes.
+        seed: seeds the mistakes, and with ``env.vary_wording`` the instructions.
         recorded: a sessions file (``python -m apo_lightning.webshop serve --record FILE``): its sessions, on
-            training goals, become one more set, ``"recorded"`` (``baselines.demonstrations.recorded_demonstrations``).
+            training goals, become one more set, ``"recorded"`` (``baselines.demonstrations.recorded_demonstrations``),
+            in the words they were recorded under (their searches were typed for them).
+        draw: with ``env.vary_wording``, which draw of the instructions (the SFT course's pass): every
+            demonstration shows its goal's instruction drawn afresh (``EnvConfig.training_envs``), seeded by
+            ``(seed, draw)``, its goal set's name and its position; ignored without it.
 
     Returns:
         The file; :func:`load_demonstrations` reads it.
@@ -90,6 +97,10 @@ def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat,
              "goals": {k: list(v) for k, v in goal_sets.items()}, "max_new_tokens": max_new_tokens,
              "tokenizer": hash_files(tokenizer_dir, TOKENIZER_FILES), "noise": asdict(noise),
              "seed": seed if noise.probability else 0, "format": "oracle-v5"}
+    if env.wording != "original" or env.vary_wording:  # the oracle searches other words with their own words
+        parts["format"] = "oracle-v6"
+    if env.vary_wording:
+        parts["wording_draw"] = [seed, draw]
     episodes = read_sessions(recorded) if recorded is not None else None
     if episodes is not None:
         parts["recorded"] = [[e.goal_index, e.actions, e.score] for e in episodes]
@@ -102,8 +113,10 @@ def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat,
     envs = env.envs(64)
     data = {}
     for name, goals in goal_sets.items():
+        make_envs = (partial(env.training_envs, seed=derive_seed(seed, "wording", draw, name))
+                     if env.vary_wording else None)
         demos = oracle_demonstrations(engine, envs, list(goals), noise=noise.probability, seed=seed,
-                                      copies=noise.copies)
+                                      copies=noise.copies, make_envs=make_envs)
         data[name] = _tensors(demos)
         log.info("%d %s demonstrations from %d goals", len(demos), name, len(goals))
     if episodes is not None:

@@ -12,6 +12,10 @@ training step ``k`` asks for it, so with the parameters after ``k`` updates. Its
 functions of (run seed, rank, k), and ``k`` is saved in every checkpoint, so a resumed run makes the same batches.
 Every rank yields the same number of batches. Validation and test batches are greedy trajectories of the current
 policy on the split's goals, rolled out as Lightning asks for them.
+
+With ``env.vary_wording`` (training that reads) every training rollout shows its goal's instruction drawn afresh
+(``EnvConfig.training_envs``, seeded by run seed, rank and batch number), from the distribution stage 1 sampled V*
+under (:class:`~apo_lightning.lit.stage1.Stage1`, the same ``env``); validation and test show ``env.wording``.
 """
 
 from __future__ import annotations
@@ -194,7 +198,8 @@ class WebShopRLDataModule(WebShopDataModule):
         engine = self.rollout.engine(model, tokenizer, self.chat)
         start = time.perf_counter()
         with self._rollout_context():
-            trajectories = engine.rollout(self.env.envs(len(goal_list)), goal_list,
+            envs = self.env.training_envs(goal_list, seed=derive_seed(self.seed, "wording", self.rank, batch_number))
+            trajectories = engine.rollout(envs, goal_list,
                                           seed=derive_seed(self.seed, "rollout", self.rank, batch_number))
         reused = self.stage1.reused(self.goal_pool[self.rank::self.world_size], self.rank, batch_number)
         batch = collate_trajectories(trajectories + reused, tokenizer.pad_token_id)

@@ -11,13 +11,19 @@ The demonstrations are built once (rank 0, ``prepare_data``; ``lit.demos``), ren
 rollout engine that RL samples with, so the token layout is identical, and cached under ``cache_dir``. Validation:
 the loss on held-out demonstrations, greedy episodes on validation goals, and (with drills) exact-copy accuracy on
 drills of held-out goals, each from its own loader.
+
+With ``env.vary_wording`` (training that reads) every training demonstration and drill shows its goal's instruction
+drawn afresh (``webshop.wording.drawn_goal``: the training family of phrasings or, a share ``env.original_share`` of
+the time, the generator's words): each demonstration pass is its own set, built and cached with its own draw
+(``demos.demonstration_cache``'s ``draw``), and each drill draws with the drill's seed. Validation shows
+``env.wording``, as evaluation does.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -103,7 +109,8 @@ class SFTDataModule(WebShopDataModule):
         max_new_tokens: reply token limit, as in RL (a longer oracle reply would be cut there).
         demo_noise: DART noise in the training demonstrations (:class:`~apo_lightning.lit.demos.DemoNoise`); none
             by default. Validation demonstrations are the plain oracle's.
-        cache_dir: where tokenized demonstrations are cached, keyed by everything they depend on.
+        cache_dir: where tokenized demonstrations are cached, keyed by everything they depend on (with
+            ``env.vary_wording``, a file per demonstration pass: each pass shows its own draw of the instructions).
         recorded_demos: a sessions file recorded by people (``python -m apo_lightning.webshop serve --split train
             --record FILE``); each session is one more training demonstration, its replies worded as the oracle's
             (``baselines.demonstrations.recorded_demonstrations``). None: the oracle's only.
@@ -138,6 +145,7 @@ class SFTDataModule(WebShopDataModule):
         self.demo_noise = demo_noise
         self.cache_dir = Path(cache_dir)
         self.recorded_demos = recorded_demos
+        self.train_passes: list[list[dict]] = []
         self.train_examples: list[dict] = []
         self.val_examples: list[dict] = []
         self.stream: StepStream | None = None
@@ -150,12 +158,15 @@ class SFTDataModule(WebShopDataModule):
         (``models.loading.tokenizer_folder``; resolved once, after ``prepare_data`` made the policy)."""
         return tokenizer_folder(self.model_name_or_path)
 
-    def _demonstrations(self) -> tuple[Path, Path]:
+    def _demonstrations(self) -> tuple[list[Path], Path]:
+        """The cache files of the training demonstrations (one per pass with ``env.vary_wording``, else one for
+        every pass) and of the validation demonstrations (in ``env.wording``, as evaluation shows it)."""
         tokenizer = self.tokenizer_dir
-        train = demonstration_cache(self.cache_dir, self.env, self.chat, tokenizer,
-                                    {"train": self.env.split("train")[: self.num_demos]}, self.max_new_tokens,
-                                    self.demo_noise, self.seed, self.recorded_demos)
-        val = demonstration_cache(self.cache_dir, self.env, self.chat, tokenizer,
+        draws = range(max(1, self.demo_epochs)) if self.env.vary_wording else range(1)
+        train = [demonstration_cache(self.cache_dir, self.env, self.chat, tokenizer,
+                                     {"train": self.env.split("train")[: self.num_demos]}, self.max_new_tokens,
+                                     self.demo_noise, self.seed, self.recorded_demos, draw=draw) for draw in draws]
+        val = demonstration_cache(self.cache_dir, replace(self.env, vary_wording=False), self.chat, tokenizer,
                                   {"val": self.env.split("val")[: self.num_val_demos]}, self.max_new_tokens)
         return train, val
 
@@ -166,30 +177,40 @@ class SFTDataModule(WebShopDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         train, val = self._demonstrations()
-        train_sets = load_demonstrations(train)
-        self.train_examples = train_sets["train"] + train_sets.get("recorded", [])
+        self.train_passes = [sets["train"] + sets.get("recorded", []) for sets in map(load_demonstrations, train)]
+        self.train_examples = self.train_passes[0]  # the first pass's (every pass's without env.vary_wording)
         self.val_examples = load_demonstrations(val)["val"]
         self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_dir)
         train = self.env.split("train")
         held_out = max(1, min(self.drills.held_out_goals, len(train) // 10))
         self.drill_source = TurnDrills(self.shop, self.chat, self.tokenizer, train[:-held_out],
-                                       max_steps=self.env.max_steps, swap=self.drills.swap_values)
+                                       max_steps=self.env.max_steps, swap=self.drills.swap_values,
+                                       original_share=self.env.original_share if self.env.vary_wording else None)
         self.drill_checks = TurnDrills(self.shop, self.chat, self.tokenizer, train[-held_out:],
                                        max_steps=self.env.max_steps)
 
     # ------------------------------------------------------------------------------------------------ train
     def demo_batches_per_epoch(self) -> int:
-        """Demonstration batches each rank trains on per pass (every rank the same number)."""
-        return (len(self.train_examples) + self.batch_size - 1) // self.batch_size // self.world_size
+        """Demonstration batches each rank trains on per pass (every rank and every pass the same number: that of
+        the pass with the fewest demonstrations, when passes differ in how many of their draws the oracle won)."""
+        fewest = min(map(len, self.train_passes)) if self.train_passes else 0
+        return (fewest + self.batch_size - 1) // self.batch_size // self.world_size
 
     def course_length(self) -> int:
         """Batches in one course (one Lightning epoch): drills, then the demonstration passes."""
         return self.drills.steps + self.demo_epochs * self.demo_batches_per_epoch()
 
+    def _pass_examples(self, demo_epoch: int) -> list[dict]:
+        """The demonstrations of pass ``demo_epoch`` (counted over courses): with ``env.vary_wording``, pass ``k``
+        of every course shows draw ``k``."""
+        return self.train_passes[demo_epoch % len(self.train_passes)]
+
     def _demo_order(self, demo_epoch: int) -> list[list[int]]:
-        """This rank's batches of one pass: length-grouped (``LengthGroupedSampler``), shuffled by the run seed."""
+        """This rank's batches of one pass (indices into :meth:`_pass_examples`): length-grouped
+        (``LengthGroupedSampler``), shuffled by the run seed."""
         generator = torch.Generator().manual_seed(derive_seed(self.seed, "sft-order", demo_epoch) % 2**63)
-        sampler = LengthGroupedSampler(self.batch_size, lengths=[len(e["input_ids"]) for e in self.train_examples],
+        examples = self._pass_examples(demo_epoch)
+        sampler = LengthGroupedSampler(self.batch_size, lengths=[len(e["input_ids"]) for e in examples],
                                        generator=generator)
         order = list(sampler)
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
@@ -207,8 +228,8 @@ class SFTDataModule(WebShopDataModule):
             phase = "drills"
         else:
             demo_epoch, index = divmod(position - self.drills.steps, self.demo_batches_per_epoch())
-            course = batch_number // self.course_length()
-            examples = [self.train_examples[i] for i in self._demo_order(course * self.demo_epochs + demo_epoch)[index]]
+            demo_epoch += batch_number // self.course_length() * self.demo_epochs
+            examples = [self._pass_examples(demo_epoch)[i] for i in self._demo_order(demo_epoch)[index]]
             phase = "demos"
         batch = pad_batch(examples, self.tokenizer.pad_token_id)
         batch["phase"] = phase

@@ -9,6 +9,11 @@ with the same settings samples nothing. Under DDP every rank samples its share o
 During training, :class:`Stage1` can also re-estimate V* with the current policy (``refresh_every``), hand out
 stage-1 trajectories as extra regression rows (``reuse``), and keep the sample statistics of its newest table for
 the module to log.
+
+With the env's ``vary_wording`` (training that reads), stage 1 samples under the same wording distribution as stage
+2: each of a goal's N samples shows its own freshly drawn instruction (``EnvConfig.training_envs``), so V*(x) is the
+soft maximum over the goal's instructions and trajectories together, an estimate over the wording distribution,
+not of one wording; stage 2 then regresses each rollout, in whatever words it drew, onto that one V*(x).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Literal, get_args
 
 import torch
@@ -117,8 +123,9 @@ class Stage1:
         """Everything the stage-1 rewards of ``goals`` depend on (the cache key's parts).
 
         β1 is not a part: the cache stores the N rewards per goal, and V* is recomputed from them for the β1 a run
-        asks for. ``valid_clicks`` is a part only when on, and the env's wording settings only when not "original"
-        (``EnvConfig.key_parts``), so tables cached before they existed keep their keys.
+        asks for. ``valid_clicks`` is a part only when on, the env's wording settings only when not "original", and
+        ``vary_wording`` with ``original_share`` only when on (``EnvConfig.key_parts``; the draws derive from the
+        run seed, a part), so tables cached before they existed keep their keys.
         """
         return {
             "reference": reference_hash,
@@ -140,17 +147,21 @@ class Stage1:
 
         Rank ``rank`` samples every ``world_size``-th goal with a seed derived from the run seed, ``purpose`` and
         its rank; the parts are gathered, so every rank returns all goals. With ``keep``, the trajectories are
-        gathered into it too, goal id -> the N records of ``rollout.trajectory.regression_record``.
+        gathered into it too, goal id -> the N records of ``rollout.trajectory.regression_record``. With the env's
+        ``vary_wording`` every sample shows its own drawn instruction, seeded by (run seed, ``purpose``, rank).
         """
         share = goals[rank::world_size]
         # π_ref's own distribution at vstar.temperature; batched prefill whatever rollout.prefill says
         sampler = replace(self.rollout, temperature=self.settings.temperature, top_p=1.0, prefill="batched")
         engine = sampler.engine(model, tokenizer, self.chat)
         repeated = [g for g in share for _ in range(self.settings.num_samples)]
+        make_envs = (partial(self.env.training_envs, seed=derive_seed(self.seed, purpose, rank, "wording"))
+                     if self.env.vary_wording else None)
         trajectories = rollout_goals(engine, self.env.shop(), repeated, self.settings.batch_size,
                                      seed=derive_seed(self.seed, purpose, rank),
                                      observation_mode=self.env.observation_mode, max_steps=self.env.max_steps,
-                                     progress=rank == 0, description=f"{purpose} samples (rank 0)")
+                                     progress=rank == 0, description=f"{purpose} samples (rank 0)",
+                                     make_envs=make_envs)
         rewards: dict[str, list[float]] = {str(g): [] for g in share}
         samples: dict[str, list[dict]] = {str(g): [] for g in share}
         for t in trajectories:

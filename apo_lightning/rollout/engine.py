@@ -377,7 +377,8 @@ class RolloutEngine:
 
 def rollout_goals(engine: RolloutEngine, shop: WebShop, goal_indices: Sequence[int], batch_size: int, seed: int,
                   observation_mode: str = "text", max_steps: int = 15, progress: bool = False,
-                  description: str = "episodes", seed_offset: int = 0) -> list[Trajectory]:
+                  description: str = "episodes", seed_offset: int = 0,
+                  make_envs: Callable[[list[int], int], Sequence[WebShopEnv]] | None = None) -> list[Trajectory]:
     """Roll out ``engine``'s policy on every goal, ``batch_size`` episodes at a time, in goal order.
 
     The chunk starting at position ``k`` samples with ``derive_seed(seed, seed_offset + k)``, so the result depends
@@ -393,13 +394,18 @@ def rollout_goals(engine: RolloutEngine, shop: WebShop, goal_indices: Sequence[i
         observation_mode, max_steps: the envs' settings.
         progress: show a progress bar (on stderr).
         description: the progress bar's label.
+        make_envs: ``(goals, position) -> envs``, one env per goal of the chunk that starts at ``position`` (counted
+            from ``seed_offset``), e.g. ``EnvConfig.training_envs``, whose episodes each show their own instruction;
+            None: ``batch_size`` envs over ``shop``, reused.
     """
-    envs = [WebShopEnv(shop, observation_mode, max_steps=max_steps) for _ in range(min(batch_size, len(goal_indices)))]
+    envs = [] if make_envs is not None else [WebShopEnv(shop, observation_mode, max_steps=max_steps)
+                                             for _ in range(min(batch_size, len(goal_indices)))]
     trajectories: list[Trajectory] = []
     bar = tqdm(total=len(goal_indices), desc=description, file=sys.stderr, disable=not progress, leave=False)
     for start in range(0, len(goal_indices), batch_size):
         chunk = list(goal_indices[start:start + batch_size])
-        trajectories += engine.rollout(envs[: len(chunk)], chunk, seed=derive_seed(seed, seed_offset + start))
+        chunk_envs = make_envs(chunk, seed_offset + start) if make_envs is not None else envs[: len(chunk)]
+        trajectories += engine.rollout(chunk_envs, chunk, seed=derive_seed(seed, seed_offset + start))
         bar.update(len(chunk))
     bar.close()
     return trajectories

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import random
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Literal
 
+from ..utils.seeds import derive_seed
 from .datadir import resolve_data_dir
 from .env import WebShopEnv
 from .shop import WebShop
-from .wording import Wording, check_wording, reworded_shop
+from .wording import Wording, check_wording, drawn_goal, reworded_shop
 
 SplitScheme = Literal["webshop", "verl"]
 ObservationMode = Literal["text", "text_rich"]
@@ -36,6 +39,18 @@ class EnvConfig:
             rewritten from its own fields in the "train" or "heldout" family of phrasings (``webshop.wording``;
             evaluate with "heldout"). The goals' fields and the reward are unchanged.
         wording_seed: seeds the rewording; with the goal index it fixes each goal's text.
+        vary_wording: training that reads: every training episode (SFT demonstrations and turn drills, stage-1
+            samples, stage-2 rollouts, V* refreshes) shows its goal's instruction drawn afresh for it
+            (``wording.drawn_goal``: the "train" family, never "heldout"; seeded by the run seed, so a run
+            reproduces and no two passes or samples need read alike). Evaluation episodes (validation, test,
+            ``evaluate``) still show ``wording``.
+        original_share: with ``vary_wording``, the share of training episodes that keep the generator's words, in
+            [0, 1]. Why a quarter: the generator's one template stays learned from far fewer examples than the
+            training family's many phrasings need, so a quarter of every pass keeps it in nearly every batch while
+            three quarters teach the policy to read other words.
+
+    Raises:
+        ValueError: ``original_share`` outside [0, 1].
     """
 
     data_dir: str | None = None
@@ -46,6 +61,13 @@ class EnvConfig:
     max_steps: int = 15
     wording: Wording = "original"
     wording_seed: int = 0
+    vary_wording: bool = False
+    original_share: float = 0.25
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.original_share <= 1.0:
+            raise ValueError(f"env.original_share must be in [0, 1] (the share of training episodes in the "
+                             f"generator's words), got {self.original_share:g}")
 
     def resolved_data_dir(self, announce: bool = True) -> str | None:
         """The data folder the rule chooses (None: the synthetic catalog); with ``announce``, says where it came from
@@ -72,10 +94,13 @@ class EnvConfig:
 
     def key_parts(self) -> dict:
         """Every setting, for the key of a cache made under them (V* tables, demonstrations); the wording settings
-        only when the wording is not "original", so that keys made before they existed stay the same."""
+        only when the wording is not "original", and ``vary_wording`` and ``original_share`` only when
+        ``vary_wording`` is on, so that keys made before they existed stay the same."""
         parts = asdict(self)
         if self.wording == "original":
             del parts["wording"], parts["wording_seed"]
+        if not self.vary_wording:
+            del parts["vary_wording"], parts["original_share"]
         return parts
 
     def envs(self, n: int) -> list[WebShopEnv]:
@@ -83,12 +108,49 @@ class EnvConfig:
         shop = self.shop()
         return [WebShopEnv(shop, self.observation_mode, max_steps=self.max_steps) for _ in range(n)]
 
+    def training_envs(self, goal_indices: Sequence[int], offset: int = 0, *, seed: int) -> list[WebShopEnv]:
+        """One env per goal of ``goal_indices``, for training episodes: with ``vary_wording`` each over the catalog
+        with its goal's instruction drawn afresh (``wording.drawn_goal``; episode ``i`` draws with
+        ``derive_seed(seed, offset + i)``, so a list played in parts at their positions draws the same
+        instructions); without it, :meth:`envs`.
+
+        Args:
+            goal_indices: the goals, one per episode (a goal repeated gets a draw per episode).
+            offset: the position of ``goal_indices[0]`` in the whole list.
+            seed: the draws' seed (derive it from the run seed, rank and purpose: ``utils.seeds.derive_seed``).
+        """
+        if not self.vary_wording:
+            return self.envs(len(goal_indices))
+        shop = self.shop()
+        envs = []
+        for i, goal_index in enumerate(goal_indices):
+            goal = drawn_goal(shop.goals[goal_index], random.Random(derive_seed(seed, offset + i)), self.original_share)
+            goals = _GoalsWithOne(shop.goals, goal_index, goal)  # the catalog and the search engine are shared
+            envs.append(WebShopEnv(shop.with_goals(goals), self.observation_mode, max_steps=self.max_steps))
+        return envs
+
     def split(self, name: str) -> list[int]:
         """Goal indices of a split."""
         return list(self.shop().split(name, self.split_scheme))
 
 
 _ANNOUNCED: set[str] = set()
+
+
+class _GoalsWithOne(Sequence):
+    """A read-only goal list: ``goals`` with goal ``index`` replaced by ``goal``, without copying the list (a
+    catalog's goals may be many, and every training episode gets its own)."""
+
+    def __init__(self, goals: Sequence[dict], index: int, goal: dict) -> None:
+        self.goals, self.index, self.goal = goals, index, goal
+
+    def __len__(self) -> int:
+        return len(self.goals)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.goal if range(len(self))[i] == self.index else self.goals[i]
 
 
 @lru_cache(maxsize=4)

@@ -19,6 +19,10 @@ cannot be read is introduced neutrally ("described as ...").
     from apo_lightning.webshop.wording import reword, reworded_shop
     text = reword(shop.goals[3], "heldout", random.Random(0))          # any random source, e.g. per sample
     shop_h = reworded_shop(shop, "heldout", seed=0)                      # goal i's text from (seed, i): fixed
+    goal = drawn_goal(shop.goals[3], random.Random(seed), 0.25)         # training: a fresh draw per example
+
+Training draws instructions per example with :func:`drawn_goal` (``EnvConfig.vary_wording``): the ``TRAIN`` family
+or, with a set probability, the generator's words.
 """
 
 from __future__ import annotations
@@ -332,6 +336,31 @@ def reworded_instruction(goal: Mapping, family: str, seed: int, goal_index: int)
     """:func:`reword` with a random source seeded by ``(family, seed, goal_index)``: the same text every time, in
     every process."""
     return reword(goal, family, random.Random(derive_seed("wording", family, seed, goal_index)))
+
+
+def drawn_goal(goal: Mapping, rng: random.Random, original_share: float) -> dict:
+    """``goal`` with an instruction drawn afresh for one training example ("training that reads"): the generator's
+    own words with probability ``original_share``, else :func:`reword` in the ``TRAIN`` family; never ``HELDOUT``.
+
+    A new dict, the same as ``goal`` but for ``instruction_text`` and ``original_instruction_text`` (the generator's
+    text, read from ``goal``'s own ``original_instruction_text`` when it was reworded before): a goal of a reworded
+    catalog is drawn from its generator's words too, not from its rewording. The reward's fields are untouched.
+
+    Args:
+        goal: a goal dict (``WebShop.goals[i]``).
+        rng: this example's random source (seed it per example from the run seed, ``utils.seeds.derive_seed``); the
+            same state gives the same text.
+        original_share: the probability of the generator's words, in [0, 1].
+
+    Raises:
+        ValueError: ``original_share`` outside [0, 1].
+    """
+    if not 0.0 <= original_share <= 1.0:
+        raise ValueError(f"original_share must be in [0, 1], got {original_share:g}")
+    new = dict(goal)
+    new["original_instruction_text"] = original = goal.get("original_instruction_text", goal["instruction_text"])
+    new["instruction_text"] = original if rng.random() < original_share else reword(new, TRAIN, rng)
+    return new
 
 
 def reword_goals(goals: Sequence[Mapping], wording: str, seed: int = 0) -> list[dict]:
