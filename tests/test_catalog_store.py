@@ -43,7 +43,7 @@ def assert_same_shop(stored: WebShop, memory: WebShop, queries: int = 200) -> No
 def test_a_stored_synthetic_catalog_equals_the_in_memory_one(catalog_dir, tmp_path, goals):
     stored = WebShop.load(catalog_dir, goals=goals, seed=11, cache=True, cache_dir=tmp_path)
     assert_same_shop(stored, WebShop.load(catalog_dir, goals=goals, seed=11, cache=False))
-    assert isinstance(stored.search_engine._posting_doc, np.memmap)
+    assert not stored.search_engine._posting_doc.flags.writeable  # mapped read-only
     again = WebShop.load(catalog_dir, goals=goals, seed=11, cache=True, cache_dir=tmp_path)  # from the cache
     assert again.products.folder == stored.products.folder and again.goals == stored.goals
     other_seed = WebShop.load(catalog_dir, goals=goals, seed=12, cache=True, cache_dir=tmp_path)
@@ -114,13 +114,18 @@ def test_the_full_catalogs_file_names_load(catalog_dir, tmp_path):
     .json), and one that also holds the 1k set's pair: each product file is read with its own attribute file."""
     full = tmp_path / "full"
     full.mkdir()
-    shutil.copy(catalog_dir / "items_shuffle_1000.json", full / "items_shuffle.json")
+    raw = json.loads((catalog_dir / "items_shuffle_1000.json").read_text())
+    skipped = [{**raw[0], "name": "a repeated ASIN: the first record wins"}, {**raw[1], "asin": "nan"},
+               {**raw[2], "asin": "B0TOOLONGAS"}]
+    (full / "items_shuffle.json").write_text(json.dumps(raw[:5] + skipped + raw[5:]))
     shutil.copy(catalog_dir / "items_ins_v2_1000.json", full / "items_ins_v2.json")
     shutil.copy(catalog_dir / "items_human_ins.json", full / "items_human_ins.json")
     files = DataFiles.find(full)
     assert (files.products.name, files.attributes.name) == ("items_shuffle.json", "items_ins_v2.json")
     memory = WebShop.load(full, cache=False)
-    assert_same_shop(WebShop.load(full, cache=True, cache_dir=tmp_path / "cache"), memory, queries=20)
+    stored = WebShop.load(full, cache=True, cache_dir=tmp_path / "cache")
+    assert_same_shop(stored, memory, queries=20)
+    assert len(stored.products) == len(raw) and stored.products[0]["name"] == raw[0]["name"]
     assert memory.goals == WebShop.load(catalog_dir, cache=False).goals
     (full / "items_ins_v2_1000.json").write_text("{}")  # a stray 1k attribute file is not paired with the full set
     assert DataFiles.find(full).attributes.name == "items_ins_v2.json"

@@ -575,7 +575,8 @@ class SearchEngine:
             if not path.is_file():
                 raise FileNotFoundError(f"{path} does not exist: the saved index in {folder} is incomplete; "
                                         "rebuild it")
-            arrays[name] = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+            # a plain ndarray view of the mapping: np.memmap's own slicing runs Python code on every slice
+            arrays[name] = np.asarray(np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False))
         if len(arrays["doc_ids"]) != meta["doc_count"] or len(arrays["posting_doc"]) != meta["postings"]:
             raise ValueError(f"{folder}: the array files do not match {INDEX_META_FILE}; rebuild the index")
         return cls._from_arrays(arrays, int(meta["docs_with_terms"]), np.float32(meta["avg_doc_length"]), folder)

@@ -205,8 +205,11 @@ class WebShop:
     def _search_uncached(self, query: str, k: int) -> tuple[tuple[str, float], ...]:
         return tuple(self.search_engine.search(query, k))
 
-    def search_products(self, keywords: list[str]) -> list[dict]:
+    def search_products(self, keywords: list[str]) -> Sequence[dict]:
         """The products a ``search[...]`` action lists, in rank order (engine.py ``get_top_n_product_from_keywords``).
+
+        A sequence whose products are looked up when they are read: a results page reads the 10 it shows of the 50
+        hits, and in a stored catalog each product read may be decoded.
 
         With ``special_queries`` the original's prefixes work: ``<r>`` 50 random products, ``<c> cat`` every
         product of a category, ``<q> query`` every product with that query (``<a>`` crashed upstream; here it
@@ -222,7 +225,8 @@ class WebShop:
                 query = " ".join(rest).strip()
                 return [p for p in self.products if p["query"] == query]
             return []
-        return [self.product_by_asin[asin] for asin, _ in self._cached_search(" ".join(keywords), SEARCH_RETURN_N)]
+        hits = self._cached_search(" ".join(keywords), SEARCH_RETURN_N)
+        return _HitProducts([asin for asin, _ in hits], self.product_by_asin)
 
     # ------------------------------------------------------------------------------------------------ reward
     def title_nouns(self, name: str) -> list[str]:
@@ -249,3 +253,18 @@ class WebShop:
         return (f"WebShop({self.data_dir}, {len(self.products)} products, {len(self.goals)} {self.goal_kind} goals, "
                 f"seed={self.seed})")
 
+
+class _HitProducts(Sequence):
+    """Search hits as products, each looked up in ``by_asin`` when it is read (an index or a slice)."""
+
+    def __init__(self, asins: list[str], by_asin: Mapping[str, dict]) -> None:
+        self._asins = asins
+        self._by_asin = by_asin
+
+    def __len__(self) -> int:
+        return len(self._asins)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._by_asin[asin] for asin in self._asins[i]]
+        return self._by_asin[self._asins[i]]

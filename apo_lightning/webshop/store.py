@@ -22,7 +22,7 @@ a partial one, and concurrent builders keep the first that finishes):
 * ``products.bin`` + ``product_offsets.npy``: each processed product as ASCII JSON, one after another ((N + 1,) int64
   offsets); ``asins.npy`` (N,) bytes in file order; ``sorted_asins.npy`` and ``sorted_asin_rows.npy`` for lookups;
 * ``pricing.npy`` (N, 2) float64 parsed prices (NaN second column for a single price);
-* ``goal_counts.npy`` (N,) int64 synthetic goals per product (0 without an instruction); ``goal_weights.npy`` (N,)
+* ``goal_counts.npy`` (N,) int64 synthetic goals per product (-1 without an instruction); ``goal_weights.npy`` (N,)
   float64; ``human_rows.npy`` (H,) int32 rows with human instruction records;
 * ``noun_hashes.npy`` (M,) uint64 sorted, ``noun_offsets.npy`` (M + 1,) int64, ``nouns.bin``: the title-noun table by
   product name, each entry the JSON ``[name, [nouns]]``;
@@ -131,6 +131,11 @@ def _name_hash(name: str) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ reading
+def _map(path: Path) -> np.ndarray:
+    """A saved array, memory-mapped read-only, as a plain ndarray view (np.memmap's slicing runs Python code)."""
+    return np.asarray(np.load(path, mmap_mode="r", allow_pickle=False))
+
+
 class _Blob:
     """Variable-length byte records in one memory-mapped file: record i is ``data[offsets[i]:offsets[i + 1]]``."""
 
@@ -146,9 +151,9 @@ class _Blob:
 
 
 def _open_blob(folder: Path, data_name: str, offsets_name: str) -> _Blob:
-    offsets = np.load(folder / offsets_name, mmap_mode="r")
+    offsets = _map(folder / offsets_name)
     size = (folder / data_name).stat().st_size
-    data = np.memmap(folder / data_name, dtype=np.uint8, mode="r") if size else np.zeros(0, dtype=np.uint8)
+    data = np.asarray(np.memmap(folder / data_name, dtype=np.uint8, mode="r")) if size else np.zeros(0, np.uint8)
     return _Blob(data, offsets)
 
 
@@ -193,14 +198,14 @@ class ProductStore(Sequence):
         self.folder = folder
         self.manifest = manifest
         self._records = _open_blob(folder, "products.bin", "product_offsets.npy")
-        self._asins = np.load(folder / "asins.npy", mmap_mode="r")  # (N,) bytes
-        self._sorted_asins = np.load(folder / "sorted_asins.npy", mmap_mode="r")  # (N,) bytes, ascending
-        self._sorted_asin_rows = np.load(folder / "sorted_asin_rows.npy", mmap_mode="r")  # (N,) int32
-        self.pricing = np.load(folder / "pricing.npy", mmap_mode="r")  # (N, 2) float64
-        self.goal_counts = np.load(folder / "goal_counts.npy", mmap_mode="r")  # (N,) int64
-        self.goal_weights = np.load(folder / "goal_weights.npy", mmap_mode="r")  # (N,) float64
-        self.human_rows = np.load(folder / "human_rows.npy", mmap_mode="r")  # (H,) int32
-        self.nouns = NounTable(np.load(folder / "noun_hashes.npy", mmap_mode="r"),
+        self._asins = _map(folder / "asins.npy")  # (N,) bytes
+        self._sorted_asins = _map(folder / "sorted_asins.npy")  # (N,) bytes, ascending
+        self._sorted_asin_rows = _map(folder / "sorted_asin_rows.npy")  # (N,) int32
+        self.pricing = _map(folder / "pricing.npy")  # (N, 2) float64
+        self.goal_counts = _map(folder / "goal_counts.npy")  # (N,) int64
+        self.goal_weights = _map(folder / "goal_weights.npy")  # (N,) float64
+        self.human_rows = _map(folder / "human_rows.npy")  # (H,) int32
+        self.nouns = NounTable(_map(folder / "noun_hashes.npy"),
                                _open_blob(folder, "nouns.bin", "noun_offsets.npy"))
         self.by_asin = ProductsByAsin(self)
         self._decode = lru_cache(maxsize=PRODUCT_CACHE_SIZE)(self._decode_uncached)
@@ -260,7 +265,7 @@ class ProductStore(Sequence):
             with atomic_directory(folder, replace=False) as tmp:
                 for name, values in tables.items():
                     np.save(tmp / f"{name}.npy", values, allow_pickle=False)
-        return {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in names}
+        return {name: _map(folder / f"{name}.npy") for name in names}
 
     def draw_prices(self, rng: random.Random) -> list[float]:
         """Every product's price, drawn from ``rng`` as ``catalog.generate_product_prices`` draws them (a range price
