@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..utils.sequences import RowSequence
+
 #: Price ceilings offered to goals: 10, 20, ..., 990 dollars (goal.py ``PRICE_RANGE``).
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]
 #: The ``price_upper`` of a goal without a price limit (a product above the last ceiling): no price clause.
@@ -145,7 +147,7 @@ def shuffled_order(num_goals: int, seed: int) -> np.ndarray:
     return np.array(order, dtype=np.int64)
 
 
-class SyntheticGoals(Sequence):
+class SyntheticGoals(RowSequence):
     """The synthetic goals of a stored catalog as a read-only sequence of goal dicts, each built on access, equal to
     the entries of the list :func:`synthetic_goals` makes and the seed shuffle orders (memory: 8 bytes per goal
     instead of a dict).
@@ -158,6 +160,8 @@ class SyntheticGoals(Sequence):
         weights: (N,) float64 by product row, the goal's ``weight`` (:func:`synthetic_goal_weights`).
     """
 
+    item_name = "goal"
+
     def __init__(self, products: Sequence[Mapping], goal_rows: np.ndarray, goal_combinations: np.ndarray,
                  price_uppers: np.ndarray, weights: np.ndarray) -> None:
         self._products = products
@@ -169,13 +173,7 @@ class SyntheticGoals(Sequence):
     def __len__(self) -> int:
         return len(self._rows)
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"goal index {i} out of range [0, {len(self)})")
+    def _item(self, i: int) -> dict:
         row = self._rows.item(i)
         product = self._products[row]
         price_upper = self._price_uppers.item(row)

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from ..utils.files import atomic_directory, read_json
+from ..utils.sequences import RowSequence
 from .catalog import (
     PACKAGED_DOC_TOKENS,
     PACKAGED_TITLE_NOUNS,
@@ -180,7 +181,7 @@ class NounTable:
         return default
 
 
-class ProductStore(Sequence):
+class ProductStore(RowSequence):
     """A stored catalog's processed products, in file order, as a read-only sequence of dicts decoded on access.
 
     ``store[i]`` is the product dict ``catalog.process_product`` made (equal to the in-memory load's, keys in the same
@@ -213,13 +214,7 @@ class ProductStore(Sequence):
     def __len__(self) -> int:
         return len(self._asins)
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"product index {i} out of range [0, {len(self)})")
+    def _item(self, i: int) -> dict:
         return self._decode(i)
 
     def _decode_uncached(self, i: int) -> dict:
@@ -299,17 +294,20 @@ class ProductStore(Sequence):
         return f"{type(self).__name__}({self.folder}, {len(self)} products)"
 
 
-class ProductsByAsin(Mapping):
-    """ASIN -> product over a :class:`ProductStore` (iteration in file order)."""
+class _ByAsin(Mapping):
+    """ASIN -> ``self._value(row)`` over a :class:`ProductStore`'s rows (iteration in file order)."""
 
     def __init__(self, store: ProductStore) -> None:
         self._store = store
 
-    def __getitem__(self, asin: str) -> dict:
+    def _value(self, row: int) -> Any:
+        raise NotImplementedError
+
+    def __getitem__(self, asin: str) -> Any:
         row = self._store.row(asin)
         if row is None:
             raise KeyError(asin)
-        return self._store[row]
+        return self._value(row)
 
     def __contains__(self, asin: object) -> bool:
         return self._store.row(asin) is not None  # type: ignore[arg-type]
@@ -321,27 +319,22 @@ class ProductsByAsin(Mapping):
         return len(self._store)
 
 
-class PriceTable(Mapping):
+class ProductsByAsin(_ByAsin):
+    """ASIN -> product over a :class:`ProductStore` (iteration in file order)."""
+
+    def _value(self, row: int) -> dict:
+        return self._store[row]
+
+
+class PriceTable(_ByAsin):
     """ASIN -> price in dollars over a :class:`ProductStore` and its per-seed prices (iteration in file order)."""
 
     def __init__(self, store: ProductStore, prices: np.ndarray) -> None:
-        self._store = store
+        super().__init__(store)
         self._prices = prices  # (N,) float64
 
-    def __getitem__(self, asin: str) -> float:
-        row = self._store.row(asin)
-        if row is None:
-            raise KeyError(asin)
+    def _value(self, row: int) -> float:
         return self._prices.item(row)
-
-    def __contains__(self, asin: object) -> bool:
-        return self._store.row(asin) is not None  # type: ignore[arg-type]
-
-    def __iter__(self) -> Iterator[str]:
-        return (self._store.asin(i) for i in range(len(self._store)))
-
-    def __len__(self) -> int:
-        return len(self._store)
 
 
 def store_goals(store: ProductStore, tables: Mapping[str, np.ndarray], goal_kind: str, seed: int) -> Sequence[dict]:
