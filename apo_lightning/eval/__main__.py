@@ -57,7 +57,8 @@ def evaluate_command(args: argparse.Namespace) -> dict:
         trajectories = play_scripted(args.model, shop, goals, args.max_steps, args.seed)
         metrics = greedy_summary(trajectories)
     else:
-        rollout = RolloutSettings(max_new_tokens=args.max_new_tokens, valid_clicks=args.valid_clicks)
+        rollout = RolloutSettings(max_new_tokens=args.max_new_tokens, valid_clicks=args.valid_clicks,
+                                  pack_weights=args.pack_weights)
         chat = ChatFormat(history_turns=args.history_turns, context_budget=args.context_budget,
                           one_shot=args.one_shot)
         job = PolicyRollouts(args.model, env, rollout, chat, args.batch_size, args.seed, "evaluate",
@@ -109,7 +110,8 @@ def ask_command(args: argparse.Namespace) -> dict:
                     max_steps=args.max_steps)
     model, tokenizer = load_policy(args.model, gguf_file=args.gguf_file, dtype=args.dtype, device=args.device)
     answer = ask(model, tokenizer, env.shop(announce=False), args.instruction,
-                 RolloutSettings(max_new_tokens=args.max_new_tokens, valid_clicks=args.valid_clicks),
+                 RolloutSettings(max_new_tokens=args.max_new_tokens, valid_clicks=args.valid_clicks,
+                                 pack_weights=args.pack_weights),
                  ChatFormat(history_turns=args.history_turns, context_budget=args.context_budget,
                             one_shot=args.one_shot),
                  max_steps=args.max_steps)
@@ -168,6 +170,8 @@ def main(argv: list[str] | None = None) -> dict:
     ev.add_argument("--context-budget", type=int, default=4096)
     ev.add_argument("--one-shot", action="store_true",
                     help="a worked example episode before the task (ChatFormat.one_shot), for a prompted model")
+    ev.add_argument("--pack-weights", action="store_true",
+                    help="decode with oneDNN-packed linear weights on a CPU (RolloutSettings.pack_weights)")
     ev.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     ev.add_argument("--device", default="cpu")
     ev.add_argument("--threads", type=int, default=1, help="torch intra-op threads (per process)")
@@ -204,6 +208,8 @@ def main(argv: list[str] | None = None) -> dict:
     ask.add_argument("--context-budget", type=int, default=4096)
     ask.add_argument("--one-shot", action="store_true", help="a worked example episode before the task")
     ask.add_argument("--excerpt-chars", type=int, default=EXCERPT_CHARS, help="characters of each page shown")
+    ask.add_argument("--pack-weights", action="store_true",
+                     help="decode with oneDNN-packed linear weights on a CPU (RolloutSettings.pack_weights)")
     ask.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     ask.add_argument("--device", default="cpu")
     ask.add_argument("--threads", type=int, default=1, help="torch intra-op threads")

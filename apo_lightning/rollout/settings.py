@@ -34,6 +34,8 @@ class RolloutSettings:
             sampled alike (off: the policy writes what it writes).
         prefill: how the engine encodes a turn's new tokens: "batched" (one left-padded batch) or "per_row" (each
             episode on its own: no compute on padding; the same samples).
+        pack_weights: on a CPU, decode with oneDNN-packed copies of the linear weights, made afresh for each rollout
+            (``rollout.packed``; the samples equal plain decoding's up to float rounding). No effect elsewhere.
     """
 
     temperature: float = 1.0
@@ -41,6 +43,7 @@ class RolloutSettings:
     max_new_tokens: int = 64
     valid_clicks: bool = False
     prefill: Prefill = "batched"
+    pack_weights: bool = False
 
     def check(self, prefix: str = "") -> None:
         """Raise ValueError naming the first setting out of range, as ``{prefix}{setting}``."""
@@ -57,4 +60,5 @@ class RolloutSettings:
             ValueError: as :class:`RolloutEngine` does (``temperature`` ≤ 0, ``top_p`` outside (0, 1], ...).
         """
         return RolloutEngine(model, tokenizer, chat, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                             top_p=self.top_p, greedy=greedy, prefill=self.prefill, valid_clicks=self.valid_clicks)
+                             top_p=self.top_p, greedy=greedy, prefill=self.prefill, valid_clicks=self.valid_clicks,
+                             pack_weights=self.pack_weights)
