@@ -4,6 +4,7 @@ the machine it names and nothing else; a model config sets no machine setting. N
 Trainer is replaced by the settings it would get, so the GPU overlay is checked on a CPU too.
 """
 
+import json
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -156,7 +157,11 @@ def test_smollm2_rl_starts_from_the_sft_adapter_in_the_prompt_format_it_was_trai
     adapter's LoRA settings, and the prompts and reply limit SFT taught it."""
     sft = compose(monkeypatch, "sft_smollm2.yaml", "machine/cpu.yaml")
     rl = compose(monkeypatch, "smollm2.yaml", "machine/cpu.yaml")
-    assert rl.model.hparams.model_name_or_path == sft.model.hparams.export_dir
+    shipped = rl.model.hparams.model_name_or_path  # the adapter sft_smollm2.yaml made, as models/ ships it
+    assert shipped == "models/smollm2-webshop-1k-sft" and Path(sft.model.hparams.export_dir).name == "sft_smollm2"
+    adapter = json.loads((REPO / shipped / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["lora_alpha"], set(adapter["target_modules"])) == \
+        (sft.model.lora_config.rank, sft.model.lora_config.alpha, set(sft.model.lora_config.target_modules))
     lora = [(c.rank, c.alpha, set(c.target_modules)) for c in (rl.model.lora_config, sft.model.lora_config)]
     assert lora[0] == lora[1], "training on from an adapter folder takes the folder's LoRA settings"
     prompt = {"reward", "format_penalty"}  # what an episode earns is RL's alone
