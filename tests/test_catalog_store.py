@@ -8,7 +8,6 @@ import random
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from apo_lightning.webshop import WebShop, WebShopDataError, WebShopEnv, store

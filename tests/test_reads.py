@@ -10,20 +10,19 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 from lightning.pytorch import Callback
 
 from apo_lightning.baselines.scripted import OraclePolicy, play_episode, said_words
 from apo_lightning.lit import stage1 as stage1_module
 from apo_lightning.lit.demos import demonstration_cache
 from apo_lightning.lit.stage1 import Stage1, VStarConfig
-from apo_lightning.rollout.chat import ChatFormat, parse_reply
+from apo_lightning.rollout.chat import ChatFormat
 from apo_lightning.rollout.settings import RolloutSettings
 from apo_lightning.webshop import WebShop
 from apo_lightning.webshop.settings import EnvConfig
 from apo_lightning.webshop.wording import FAMILIES, drawn_goal, reworded_shop
 
-from conftest import fit_in_process
+from conftest import fit_in_process, imitated_actions
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = str(REPO / "configs" / "smoke.yaml")
@@ -184,15 +183,7 @@ def shown(example: dict, tokenizer) -> tuple[str, list[str]]:
     """The instruction a training example shows and the actions of the replies it learns."""
     text = tokenizer.decode(example["input_ids"])
     (instruction,) = re.findall(r"\nInstruction: (.*)\n", text)
-    replies, current = [], []
-    for token, learned in zip(example["input_ids"], example["gen_mask"]):
-        if learned:
-            current.append(token)
-        elif current:
-            replies.append(current)
-            current = []
-    replies += [current] if current else []
-    return instruction, [parse_reply(tokenizer.decode(r, skip_special_tokens=True)).action for r in replies]
+    return instruction, imitated_actions(example, tokenizer)
 
 
 def pass_instructions(module, examples: list[dict]) -> dict[int, str]:

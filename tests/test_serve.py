@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from conftest import REPO_ROOT, skip_unless_required
+from conftest import REPO_ROOT, imitated_actions, skip_unless_required
 
 from apo_lightning.baselines.scripted import OraclePolicy, play_episode, scripted_steps
 from apo_lightning.webshop import WebShop, WebShopEnv
@@ -405,21 +405,6 @@ def sft_examples(shop, record, tmp_path, **settings):
                            recorded_demos=str(record), **settings)
     module.setup("fit")
     return module.train_examples, module.tokenizer
-
-
-def imitated_actions(example, tokenizer) -> list[str]:
-    """The actions of the replies an example trains on (its gen_mask == 1 runs), parsed as the rollout does."""
-    from apo_lightning.rollout.chat import parse_reply
-
-    runs, current = [], []
-    for token, learned in zip(example["input_ids"], example["gen_mask"]):
-        if learned:
-            current.append(token)
-        elif current:
-            runs.append(current)
-            current = []
-    runs += [current] if current else []
-    return [parse_reply(tokenizer.decode(run, skip_special_tokens=True)).action for run in runs]
 
 
 def test_a_recorded_session_is_an_sft_example_that_imitates_its_actions(shop, goal, tmp_path):

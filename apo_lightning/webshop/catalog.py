@@ -343,6 +343,16 @@ def load_products(files: DataFiles, human_goals: bool) -> list[dict]:
     """
     raw = read_json(files.products, list, "a JSON list of raw product records (items_shuffle_1000.json format)",
                     WebShopDataError)
+    attributes, human = load_attribute_files(files, human_goals)
+    return process_products(raw, attributes, human, human_goals, files.products)
+
+
+def load_attribute_files(files: DataFiles, human_goals: bool) -> tuple[dict, dict]:
+    """Read the attribute file and the human-instruction file (``{}`` when the data has none) of a data directory.
+
+    Raises:
+        WebShopDataError: a file is malformed, or ``human_goals`` and there is no human-instruction file.
+    """
     attributes = read_json(files.attributes, dict, 'a JSON object {asin: {"attributes": [...], ...}}',
                            WebShopDataError)
     human: dict = {}
@@ -353,7 +363,7 @@ def load_products(files: DataFiles, human_goals: bool) -> list[dict]:
         raise WebShopDataError(
             f"{files.products.parent} has none of {', '.join(HUMAN_INSTRUCTION_FILES)}, which human goals need"
         )
-    return process_products(raw, attributes, human, human_goals, files.products)
+    return attributes, human
 
 
 def load_doc_tokens(path: Path) -> dict[str, list[str]]:

@@ -57,6 +57,7 @@ from .catalog import (
     check_record,
     describe_packaged_use,
     is_kept,
+    load_attribute_files,
     iter_json_array,
     load_packaged_table,
     process_product,
@@ -396,15 +397,7 @@ def build_store(files: DataFiles, goal_kind: str, out: Path, key: str) -> None:
     """
     started = time.monotonic()
     human = goal_kind == "human"
-    attributes = read_json(files.attributes, dict, 'a JSON object {asin: {"attributes": [...], ...}}',
-                           WebShopDataError)
-    human_attributes: dict = {}
-    if files.human_instructions is not None:
-        human_attributes = read_json(files.human_instructions, dict, "a JSON object {asin: [instruction records]}",
-                                     WebShopDataError)
-    elif human:
-        raise WebShopDataError(f"{files.products.parent} has none of items_human_ins.json, "
-                               "items_human_ins.subset_1000.json, which human goals need")
+    attributes, human_attributes = load_attribute_files(files, human)
     lucene = _LineIndex(files.doc_tokens) if files.doc_tokens is not None else None
     packaged_tokens = load_packaged_table(PACKAGED_DOC_TOKENS)[1] if lucene is None else {}
     if files.title_nouns is not None:
