@@ -1,5 +1,7 @@
 """The TRL adapter (``integrations/trl_env.py``): its tools play the same episodes as ``WebShopEnv``, refusals reach
-the model as errors, the tool schemas TRL builds from it, and (slow, with trl installed) ``GRPOTrainer`` driving it."""
+the model as errors, the tool schemas TRL builds from it, the oracle's SFT rows (``integrations/trl_sft.py``), and
+(slow, with trl installed) ``GRPOTrainer`` driving it: with scripted generation, and with a policy that TRL's
+``SFTTrainer`` taught the tool-call format."""
 
 import importlib.util
 import itertools
@@ -12,6 +14,7 @@ from conftest import REPO_ROOT, skip_unless_required
 
 from apo_lightning.baselines.scripted import OraclePolicy, RulePolicy, scripted_steps
 from apo_lightning.integrations.trl_env import TASK_PROMPT, WebShopToolEnv, goal_rows
+from apo_lightning.integrations.trl_sft import FINAL_MESSAGE, oracle_sft_rows
 from apo_lightning.webshop import WebShopEnv, parse_action
 
 
@@ -77,6 +80,39 @@ def test_trl_sees_two_tools_search_and_click_with_their_arguments_described():
     public = {name for name in dir(WebShopToolEnv) if not name.startswith("_") and callable(getattr(tools, name))}
     assert public - {"reset", "get_reward"} == {"search", "click"}  # what TRL exposes as tools
 
+
+def test_oracle_sft_rows_alternate_as_trl_expects_and_replay_to_the_oracles_pages_and_score():
+    from transformers.utils import get_json_schema
+
+    rows = goal_rows("test", limit=8)
+    env = WebShopToolEnv(split="test")
+    engine = WebShopEnv(env.env.shop, "text", max_steps=15)
+    scores = []
+    for row, sft_row in zip(rows, oracle_sft_rows(env, rows), strict=True):
+        messages = sft_row["messages"]
+        roles = [m["role"] for m in messages]
+        assert roles == ["user"] + ["assistant", "tool"] * ((len(roles) - 2) // 2) + ["assistant"] and len(roles) >= 6
+        assert sft_row["tools"] == [get_json_schema(env.click), get_json_schema(env.search)]  # TRL's order: by name
+        replay = WebShopToolEnv(split="test")
+        assert messages[0]["content"] == TASK_PROMPT + replay.reset(**row)  # GRPOTrainer appends reset's page
+        for call, result in zip(messages[1:-1:2], messages[2:-1:2], strict=True):
+            (tool_call,) = call["tool_calls"]
+            function = tool_call["function"]
+            assert tool_call["type"] == "function" and call["content"] == "" and result["name"] == function["name"]
+            assert getattr(replay, function["name"])(**function["arguments"]) == result["content"]
+        assert replay.ended and messages[-1] == {"role": "assistant", "content": FINAL_MESSAGE}
+        oracle = list(scripted_steps(engine, OraclePolicy(), row["goal_index"]))
+        assert [a.lower() for a in replay.actions] == [s.action.lower() for s in oracle]  # the oracle's episode
+        assert replay.get_reward() == engine.reward
+        scores.append(replay.get_reward())
+    assert max(scores) == 1.0  # the oracle won at least once, so the replay reached a purchase
+
+
+def tool_call_format(completions, **kwargs) -> list[float]:
+    """A format reward for ``GRPOTrainer``: the fraction of a rollout's assistant turns TRL parsed into a tool call
+    (the last turn of a finished episode has none)."""
+    return [sum(bool(m.get("tool_calls")) for m in c if m["role"] == "assistant")
+            / max(1, sum(m["role"] == "assistant" for m in c)) for c in completions]
 
 
 def scripted_tool_caller(tokenizer, model_class):
@@ -169,3 +205,88 @@ def test_trl_grpo_trainer_runs_two_optimizer_steps_on_episodes_played_through_th
     assert goals[0] == goals[1] and goals[2] == goals[3] and set(goals) <= {r["goal_index"] for r in rows}
     changed = [name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])]
     assert any("layers.0.self_attn" in name for name in changed) and any("layers.1.mlp" in name for name in changed)
+
+
+@pytest.mark.slow
+def test_trl_sft_teaches_the_tool_call_format_and_grpo_samples_the_taught_policy(tmp_path, monkeypatch):
+    """TRL's ``SFTTrainer`` teaches the quick start's reference policy TRL's Qwen2.5 tool-call format on oracle
+    episodes (:func:`oracle_sft_rows`); TRL's ``GRPOTrainer`` with ``environment_factory`` then samples that policy:
+    its parsed tool calls step the env, the rewards it trains on are the env's scores of those episodes, and two
+    optimizer steps change the policy. The env's score is often 0 for so briefly taught a policy (it seldom buys), so
+    a format reward (:func:`tool_call_format`) gives the groups the spread GRPO needs to move the parameters."""
+    if importlib.util.find_spec("trl") is None:
+        skip_unless_required('trl is not installed (pip install -e ".[trl]")')
+    import torch
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
+    from trl.chat_template_utils import add_response_schema
+
+    from apo_lightning.integrations.trl_sft import sft_dataset
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    reference = REPO_ROOT / "models" / "quickstart-ref"
+    tokenizer = AutoTokenizer.from_pretrained(reference)
+    tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
+    add_response_schema(tokenizer)  # TRL parses tool calls of the templates it knows
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(reference, dtype=torch.float32)
+
+    # SFT: 200 oracle episodes, one per step, cut at 1,800 tokens (the search call and the product click after the
+    # ~1,000-token prompt, whose tool schemas alone take ~800): the format is the same at every turn, and the cut
+    # keeps it within a CPU minute or two. Loss on the assistant turns only (TRL's training template marks them).
+    sft_rows = oracle_sft_rows(WebShopToolEnv(split="train"), goal_rows("train", limit=200))
+    sft = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=sft_dataset(sft_rows),
+                     args=SFTConfig(output_dir=str(tmp_path / "sft"), max_steps=200, per_device_train_batch_size=1,
+                                    learning_rate=3e-3, lr_scheduler_type="constant", assistant_only_loss=True,
+                                    max_length=1800, gradient_checkpointing=False, logging_steps=10,
+                                    report_to="none", use_cpu=True, save_strategy="no", seed=0))
+    sft.train()
+    losses = [h["loss"] for h in sft.state.log_history if "loss" in h]
+    assert losses[-1] < losses[0] / 5
+
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    made: list[WebShopToolEnv] = []
+
+    def factory() -> WebShopToolEnv:
+        made.append(WebShopToolEnv(split="train"))
+        return made[-1]
+
+    args = GRPOConfig(output_dir=str(tmp_path / "grpo"), per_device_train_batch_size=4, num_generations=2,
+                      max_steps=2, max_completion_length=3200, max_tool_calling_iterations=8, temperature=0.5,
+                      learning_rate=1e-3, gradient_checkpointing=False, logging_steps=1, report_to="none",
+                      use_cpu=True, save_strategy="no", seed=0)
+    rows = goal_rows("train")[200:204]  # goals the SFT did not show
+    trainer = GRPOTrainer(model=model, reward_funcs=tool_call_format, processing_class=tokenizer, args=args,
+                          train_dataset=Dataset.from_list(rows), environment_factory=factory)
+    assert sorted(tool.__name__ for tool in trainer.tools) == ["click", "search"]
+    assert trainer.reward_func_names == ["tool_call_format", "WebShopToolEnv"]  # the env owns its reward
+    batches = []  # per optimizer step: its generation batch's envs' (actions, score) and what TRL scored and logged
+
+    class Snapshot(TrainerCallback):
+        def on_step_end(self, *args, **kwargs):
+            batches.append(([(list(env.actions), env.get_reward(), env.info["goal_index"]) for env in made[:4]],
+                            {name: list(r) for name, r in trainer._logs["rewards"].items()},
+                            list(trainer._logs["completion"])))
+
+    trainer.add_callback(Snapshot())
+    trainer.train()
+
+    assert trainer.state.global_step == 2 and len(batches) == 2 and len(made) == 4  # one env per rollout, reused
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logged) == 2 and sum(h["tools/call_frequency"] for h in logged) > 0
+    for (episodes, rewards, completions), log in zip(batches, logged, strict=True):
+        # TRL's env rewards are the scores of the episodes its parsed calls played, in the batch's order
+        assert rewards["WebShopToolEnv"] == pytest.approx([score for _, score, _ in episodes])  # float32
+        assert log["rewards/WebShopToolEnv/mean"] == pytest.approx(sum(rewards["WebShopToolEnv"]) / 4)
+        assert rewards["tool_call_format"] == pytest.approx(tool_call_format(completions))
+        for (actions, _, _), completion in zip(episodes, completions, strict=True):
+            calls = [f'{c["function"]["name"]}[{v}]' for m in completion for c in m.get("tool_calls") or ()
+                     for v in c["function"]["arguments"].values()]
+            assert set(actions) <= set(calls)  # every action the env took is a call the policy wrote
+        goals = [goal for _, _, goal in episodes]
+        assert goals[0] == goals[1] and goals[2] == goals[3] and set(goals) <= {r["goal_index"] for r in rows}
+    assert any(actions for episodes, _, _ in batches for actions, _, _ in episodes)  # calls reached the env
+    changed = [name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])]
+    assert any("layers.0.self_attn" in name for name in changed) and any("layers.3.mlp" in name for name in changed)
