@@ -197,6 +197,30 @@ def test_every_page_and_action_lies_in_the_text_spaces(mode, real_data_dir):
         assert {c.lower() for c in charset} <= charset  # clicks are lower-cased
 
 
+def test_a_stored_catalog_keeps_its_space_bound_in_the_store(tmp_path):
+    """A catalog stored on disk computes the spaces' bound once and writes it to its seed folder; a later process
+    (here: the in-process cache cleared) reads the file instead of passing over the products again."""
+    from apo_lightning.webshop import WebShop
+    from apo_lightning.webshop.gym_env import _page_bound, text_spaces
+    from apo_lightning.webshop.synthetic import generate_catalog
+
+    shop = WebShop.load(generate_catalog(tmp_path / "catalog", seed=5, num_products=300), cache=True,
+                        cache_dir=tmp_path / "cache")
+    memory = WebShop.load(shop.data_dir, cache=False)
+    _page_bound.cache_clear()
+    spaces_stored = text_spaces(shop, "text_rich", True, 15)
+    assert spaces_stored == text_spaces(memory, "text_rich", True, 15)  # the same bound as the in-memory catalog
+    path = shop.products.folder / "seed-233" / "space_bound-text_rich-1-15.json"
+    bound = json.loads(path.read_text())
+    assert bound["longest_page"] == spaces_stored[0].max_length and bound["longest_action"] > 0
+    bound["longest_page"] = 7  # a later process reads the file, not the products
+    path.write_text(json.dumps(bound))
+    _page_bound.cache_clear()
+    assert text_spaces(shop, "text_rich", True, 15)[0].max_length == 7
+    assert text_spaces(shop, "text", True, 15)[0].max_length > 7  # other settings, their own file
+    _page_bound.cache_clear()
+
+
 def test_sync_and_async_vector_envs_step_many_episodes():
     kwargs = dict(data_dir="synthetic", split="test")
     singles = [make(**kwargs) for _ in range(3)]

@@ -146,26 +146,44 @@ def scripted_tool_caller(tokenizer, model_class):
     return ToolCaller
 
 
-@pytest.mark.slow
-def test_trl_grpo_trainer_runs_two_optimizer_steps_on_episodes_played_through_the_tools(tmp_path, monkeypatch):
-    """TRL's ``GRPOTrainer`` with ``environment_factory``: it finds the two tools and the env's reward, its parsed
-    tool calls step the env, the rewards it trains on are the env's scores of those episodes, and two optimizer steps
-    change the policy. The policy is a tiny random Qwen2 on the quick start's tokenizer with TRL's Qwen2.5 chat template;
-    its generation is scripted (:func:`scripted_tool_caller`), because a policy that writes the tool-call format by
-    itself is not trained yet."""
+@pytest.fixture
+def trl_tokenizer(monkeypatch):
+    """The quick start's tokenizer with TRL's Qwen2.5 chat template and its response schema (TRL parses the tool calls
+    of the templates it knows). Skips, saying why, when trl is not installed."""
     if importlib.util.find_spec("trl") is None:
         skip_unless_required('trl is not installed (pip install -e ".[trl]")')
-    import torch
     import trl
-    from datasets import Dataset
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoTokenizer
     from trl.chat_template_utils import add_response_schema
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     tokenizer = AutoTokenizer.from_pretrained(REPO_ROOT / "models" / "quickstart-ref")
     tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
-    add_response_schema(tokenizer)  # TRL parses tool calls of the templates it knows
+    add_response_schema(tokenizer)
+    return tokenizer
+
+
+def recording_factory(made: list):
+    """An ``environment_factory`` for TRL that appends each ``WebShopToolEnv`` it makes (train goals) to ``made``."""
+    def factory() -> WebShopToolEnv:
+        made.append(WebShopToolEnv(split="train"))
+        return made[-1]
+    return factory
+
+
+@pytest.mark.slow
+def test_trl_grpo_trainer_runs_two_optimizer_steps_on_episodes_played_through_the_tools(tmp_path, trl_tokenizer):
+    """TRL's ``GRPOTrainer`` with ``environment_factory``: it finds the two tools and the env's reward, its parsed
+    tool calls step the env, the rewards it trains on are the env's scores of those episodes, and two optimizer steps
+    change the policy. The policy is a tiny random Qwen2 on the quick start's tokenizer with TRL's Qwen2.5 chat template;
+    its generation is scripted (:func:`scripted_tool_caller`), because a policy that writes the tool-call format by
+    itself is not trained yet."""
+    import torch
+    from datasets import Dataset
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    tokenizer = trl_tokenizer
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
@@ -174,10 +192,7 @@ def test_trl_grpo_trainer_runs_two_optimizer_steps_on_episodes_played_through_th
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
 
     made: list[WebShopToolEnv] = []
-
-    def factory() -> WebShopToolEnv:
-        made.append(WebShopToolEnv(split="train"))
-        return made[-1]
+    factory = recording_factory(made)
 
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_steps=2,
                       max_completion_length=3072, max_tool_calling_iterations=4, learning_rate=1e-2,
@@ -208,30 +223,22 @@ def test_trl_grpo_trainer_runs_two_optimizer_steps_on_episodes_played_through_th
 
 
 @pytest.mark.slow
-def test_trl_sft_teaches_the_tool_call_format_and_grpo_samples_the_taught_policy(tmp_path, monkeypatch):
+def test_trl_sft_teaches_the_tool_call_format_and_grpo_samples_the_taught_policy(tmp_path, trl_tokenizer):
     """TRL's ``SFTTrainer`` teaches the quick start's reference policy TRL's Qwen2.5 tool-call format on oracle
     episodes (:func:`oracle_sft_rows`); TRL's ``GRPOTrainer`` with ``environment_factory`` then samples that policy:
     its parsed tool calls step the env, the rewards it trains on are the env's scores of those episodes, and two
     optimizer steps change the policy. The env's score is often 0 for so briefly taught a policy (it seldom buys), so
     a format reward (:func:`tool_call_format`) gives the groups the spread GRPO needs to move the parameters."""
-    if importlib.util.find_spec("trl") is None:
-        skip_unless_required('trl is not installed (pip install -e ".[trl]")')
     import torch
-    import trl
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
-    from trl.chat_template_utils import add_response_schema
 
     from apo_lightning.integrations.trl_sft import sft_dataset
 
-    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
-    reference = REPO_ROOT / "models" / "quickstart-ref"
-    tokenizer = AutoTokenizer.from_pretrained(reference)
-    tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
-    add_response_schema(tokenizer)  # TRL parses tool calls of the templates it knows
+    tokenizer = trl_tokenizer
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(reference, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(REPO_ROOT / "models" / "quickstart-ref", dtype=torch.float32)
 
     # SFT: 200 oracle episodes, one per step, cut at 1,800 tokens (the search call and the product click after the
     # ~1,000-token prompt, whose tool schemas alone take ~800): the format is the same at every turn, and the cut
@@ -248,10 +255,7 @@ def test_trl_sft_teaches_the_tool_call_format_and_grpo_samples_the_taught_policy
 
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     made: list[WebShopToolEnv] = []
-
-    def factory() -> WebShopToolEnv:
-        made.append(WebShopToolEnv(split="train"))
-        return made[-1]
+    factory = recording_factory(made)
 
     args = GRPOConfig(output_dir=str(tmp_path / "grpo"), per_device_train_batch_size=4, num_generations=2,
                       max_steps=2, max_completion_length=3200, max_tool_calling_iterations=8, temperature=0.5,

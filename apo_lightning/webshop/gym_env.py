@@ -28,6 +28,7 @@ all of them on goal ``i``.
 
 from __future__ import annotations
 
+import json
 import os
 import string
 from functools import lru_cache
@@ -36,10 +37,12 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
+from ..utils.files import atomic_write_text, read_json
 from . import pages
 from .env import PRODUCT_WINDOW, WebShopEnv
 from .settings import EnvConfig
 from .shop import SEARCH_RETURN_N, WebShop
+from .store import ProductStore
 
 ENV_ID = "apo_lightning/WebShop-v0"
 SPLITS = ("train", "val", "test")
@@ -194,8 +197,9 @@ def text_spaces(shop: WebShop, observation_mode: str = "text", show_attrs: bool 
         max_steps: the episode's step limit (bounds the results-page number), or None.
 
     Returns:
-        ``(observation_space, action_space)``, new spaces each call (the bound is computed once per catalog and
-        settings: one pass over the products).
+        ``(observation_space, action_space)``, new spaces each call. The bound takes one pass over the products; it
+        is computed once per process, catalog and settings, and for a catalog stored on disk (``store``) kept in
+        the store's seed folder, so that later processes read it.
 
     Raises:
         ValueError: ``observation_mode`` is not "text" or "text_rich".
@@ -209,7 +213,23 @@ def text_spaces(shop: WebShop, observation_mode: str = "text", show_attrs: bool 
 
 @lru_cache(maxsize=8)
 def _page_bound(shop: WebShop, mode: str, show_attrs: bool, max_steps: int | None) -> tuple[int, int, frozenset[str]]:
-    """``(longest page, longest action, characters)``; see :func:`text_spaces`."""
+    """``(longest page, longest action, characters)``; see :func:`text_spaces`. A stored catalog keeps it in
+    ``<store>/seed-<seed>/space_bound-<mode>-<show_attrs>-<max_steps>.json`` (written atomically)."""
+    if not isinstance(shop.products, ProductStore):
+        return _measure_page_bound(shop, mode, show_attrs, max_steps)
+    path = shop.products.folder / f"seed-{shop.seed}" / f"space_bound-{mode}-{int(show_attrs)}-{max_steps}.json"
+    if path.is_file():
+        bound = read_json(path, dict, "a JSON object {longest_page, longest_action, characters}")
+        return bound["longest_page"], bound["longest_action"], frozenset(bound["characters"])
+    longest_page, longest_action, chars = _measure_page_bound(shop, mode, show_attrs, max_steps)
+    atomic_write_text(path, json.dumps({"longest_page": longest_page, "longest_action": longest_action,
+                                        "characters": "".join(sorted(chars))}))
+    return longest_page, longest_action, chars
+
+
+def _measure_page_bound(shop: WebShop, mode: str, show_attrs: bool,
+                        max_steps: int | None) -> tuple[int, int, frozenset[str]]:
+    """``(longest page, longest action, characters)`` from one pass over ``shop``'s products and goals."""
     chars: set[str] = set(string.printable)
 
     def length(page: pages.Page, url: str = "", visited: set[str] | None = None) -> int:
