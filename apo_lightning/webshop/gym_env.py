@@ -217,7 +217,7 @@ def _page_bound(shop: WebShop, mode: str, show_attrs: bool, max_steps: int | Non
     ``<store>/seed-<seed>/space_bound-<mode>-<show_attrs>-<max_steps>.json`` (written atomically)."""
     if not isinstance(shop.products, ProductStore):
         return _measure_page_bound(shop, mode, show_attrs, max_steps)
-    path = shop.products.folder / f"seed-{shop.seed}" / f"space_bound-{mode}-{int(show_attrs)}-{max_steps}.json"
+    path = shop.products.seed_folder(shop.seed) / f"space_bound-{mode}-{int(show_attrs)}-{max_steps}.json"
     if path.is_file():
         bound = read_json(path, dict, "a JSON object {longest_page, longest_action, characters}")
         return bound["longest_page"], bound["longest_action"], frozenset(bound["characters"])

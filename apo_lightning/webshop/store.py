@@ -245,6 +245,11 @@ class ProductStore(RowSequence):
         """The catalog's search index, memory-mapped."""
         return SearchEngine.load(self.folder / "index")
 
+    def seed_folder(self, seed: int) -> Path:
+        """Where what depends on the catalog seed is kept: ``seed-<seed>/`` (:meth:`seed_tables`, and what callers
+        derive from the seeded goals)."""
+        return self.folder / f"seed-{seed}"
+
     def seed_tables(self, seed: int, goal_kind: str) -> dict[str, np.ndarray]:
         """The seed-dependent arrays (prices, and for synthetic goals the goal table), built on first use and kept
         in ``seed-<seed>/``: ``{"prices": (N,) float64}`` plus, for synthetic goals, ``price_uppers`` (N,) float64,
@@ -254,7 +259,7 @@ class ProductStore(RowSequence):
             ValueError: synthetic goals and a product with an instruction but no ``instruction_attributes`` (the
                 original asserts).
         """
-        folder = self.folder / f"seed-{seed}"
+        folder = self.seed_folder(seed)
         names = ("prices",) if goal_kind == "human" else ("prices", "price_uppers", "goal_rows", "goal_combinations")
         if not all((folder / f"{name}.npy").is_file() for name in names):
             tables = self._draw_seed_tables(seed, goal_kind)
