@@ -455,14 +455,20 @@ def browser_or_skip():
 
 
 def click_and_wait(browser, element) -> None:
-    """Click ``element`` and wait until the page it leads to has replaced the current one."""
-    from selenium.webdriver.support import expected_conditions
+    """Click ``element`` and wait until the page it leads to has replaced the current one and has loaded.
+
+    The current page is marked with a window property that a new document does not have. Waiting for that, rather
+    than for the old ``<html>`` node to go stale, avoids Chromium's race in which a node is looked up while the
+    document it belonged to is being replaced ("Node with given id does not belong to the document"); errors raised
+    by the driver mid-navigation are retried until the timeout.
+    """
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.wait import WebDriverWait
 
-    page = browser.find_element("tag name", "html")
+    browser.execute_script("window.apoPageBeforeClick = true;")
     element.click()
-    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(page))
-    WebDriverWait(browser, 30).until(lambda b: b.execute_script("return document.readyState") == "complete")
+    WebDriverWait(browser, 30, ignored_exceptions=(WebDriverException,)).until(
+        lambda b: b.execute_script("return window.apoPageBeforeClick !== true && document.readyState === 'complete'"))
 
 
 class Server:
