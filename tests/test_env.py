@@ -133,3 +133,20 @@ def test_without_precomputed_tokens_or_noun_table_the_data_still_loads(real_data
     assert shop.noun_source.startswith("package data")  # the shipped spaCy nouns stand in for the missing table
     hits = shop.search("women's shoes")
     assert len(hits) == 50  # our own analyzer over the document contents
+
+
+def test_shown_text_gives_a_clickable_as_the_page_writes_it(shop):
+    from apo_lightning.webshop.pages import shown_text
+
+    env = WebShopEnv(shop, max_steps=None)
+    env.reset(0)
+    env.step("search[pillow]")
+    asin = next(key for key, clickable in env.page.clickables.items() if clickable.kind == "link")
+    assert shown_text(env.page, "next >") == "Next >" and shown_text(env.page, asin) == asin.upper()
+    env.step(f"click[{asin}]")
+    assert shown_text(env.page, "buy now") == "Buy Now" and shown_text(env.page, "< prev") == "< Prev"
+    option = next((key for key, clickable in env.page.clickables.items() if clickable.kind == "option"), None)
+    if option is not None:
+        assert shown_text(env.page, option) == option  # option values keep their case as keys
+    with pytest.raises(KeyError):
+        shown_text(env.page, "not on this page")

@@ -95,10 +95,14 @@ def test_oracle_sft_rows_alternate_as_trl_expects_and_replay_to_the_oracles_page
         assert sft_row["tools"] == [get_json_schema(env.click), get_json_schema(env.search)]  # TRL's order: by name
         replay = WebShopToolEnv(split="test")
         assert messages[0]["content"] == TASK_PROMPT + replay.reset(**row)  # GRPOTrainer appends reset's page
+        page = messages[0]["content"]
         for call, result in zip(messages[1:-1:2], messages[2:-1:2], strict=True):
             (tool_call,) = call["tool_calls"]
             function = tool_call["function"]
             assert tool_call["type"] == "function" and call["content"] == "" and result["name"] == function["name"]
+            if function["name"] == "click":  # written as the page shows it ("Buy Now", "B07..."), not lower-cased
+                assert f"[SEP] {function['arguments']['element']} [SEP]" in page + " [SEP]"
+            page = result["content"]
             assert getattr(replay, function["name"])(**function["arguments"]) == result["content"]
         assert replay.ended and messages[-1] == {"role": "assistant", "content": FINAL_MESSAGE}
         oracle = list(scripted_steps(engine, OraclePolicy(), row["goal_index"]))

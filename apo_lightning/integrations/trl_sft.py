@@ -26,6 +26,7 @@ from transformers.utils import get_json_schema
 
 from ..baselines.scripted import OraclePolicy
 from ..webshop import parse_action
+from ..webshop.pages import shown_text
 from .trl_env import WebShopToolEnv
 
 #: The assistant's last message, after the tool call that ended the episode.
@@ -75,8 +76,8 @@ def oracle_sft_rows(env: WebShopToolEnv, rows: list[dict[str, Any]]) -> list[dic
             name, argument = parse_action(policy.act(page, env.info["available_actions"]))
             # the oracle lower-cases what it clicks; write it as the page shows it ("B07XYZ1234", "Buy Now"), as the
             # click tool asks, so that a policy imitating it copies tokens instead of learning to lower-case them
-            shown = {part.lower(): part for part in page.split(" [SEP] ")}
-            arguments = {"query": argument} if name == "search" else {"element": shown.get(argument, argument)}
+            arguments = ({"query": argument} if name == "search"
+                         else {"element": shown_text(env.env.engine.page, argument)})
             try:
                 page = getattr(env, name)(**arguments)
                 content = page

@@ -73,6 +73,21 @@ def _clickables(nodes: list, options: dict[str, list[str]] | None = None) -> dic
     return clickables
 
 
+def shown_text(page: Page, key: str) -> str:
+    """The text ``page`` shows for its clickable ``key``: a button's or a product link's text as written ("Buy Now",
+    "B07XYZ1234"; keys are lower-cased), an option value as is.
+
+    Raises:
+        KeyError: ``key`` is not one of ``page.clickables``.
+    """
+    clickable = page.clickables[key]
+    if clickable.kind != "option":
+        for kind, text in page.nodes:
+            if kind == clickable.kind and text.lower() == key:
+                return text
+    return key
+
+
 def search_page(instruction: str) -> Page:
     """The start page (``search_page.html``): has the search bar; its only clickable, 'search', is refused."""
     nodes: list = []
