@@ -301,6 +301,8 @@ def test_real_data_pages(real_data_dir):
     (dict(repeat_pages="none"), "repeat_pages"),
     (dict(history_turns=-1), "history_turns"),
     (dict(context_budget=63), "context_budget"),
+    (dict(rebuild_fill=0.0), "rebuild_fill"),
+    (dict(rebuild_fill=1.5), "rebuild_fill"),
 ])
 def test_chat_format_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -372,7 +374,8 @@ def test_episode_reward_score_or_success_plus_the_format_penalty():
 
 def test_cache_key_parts_hold_every_setting_and_keep_the_cached_keys():
     assert ChatFormat().key_parts() == {**ChatFormat(format_penalty=-0.2).key_parts(), "format_penalty": -0.1}
-    assert set(ChatFormat(one_shot=True).key_parts()) == set(ChatFormat.__dataclass_fields__)
+    assert set(ChatFormat(one_shot=True, rebuild_fill=0.5).key_parts()) == set(ChatFormat.__dataclass_fields__)
+    assert cache_key(ChatFormat(rebuild_fill=0.5).key_parts()) != cache_key(ChatFormat().key_parts())
     assert cache_key(ChatFormat(one_shot=True).key_parts()) != cache_key(ChatFormat().key_parts())
     # the key of the default format, as the V* and demonstration caches on disk were stored under
     assert cache_key(ChatFormat().key_parts()) == "63e40c4ff5efbb4beb5fcdd0d34383cc66f5f8df6fbd40b4eac958596beb6a04"

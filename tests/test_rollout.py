@@ -9,6 +9,7 @@ the model, so log-probabilities recomputed by a plain forward pass must still ma
 """
 
 import os
+import re
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingface_hub read it
 
@@ -282,6 +283,22 @@ def test_context_budget_forces_a_rebuild(chained, tokenizer, shop):
     assert all(len(s.token_ids) <= budget for t in trajectories for s in t.segments)
     cut = [s for t in trajectories for s in t.segments if "…" in tokenizer.decode(s.token_ids)]
     assert cut, "some page should have been too long for the budget and cut in the middle"
+    check_bookkeeping(engine, trajectories)
+
+
+def test_a_rebuilt_context_below_a_full_fill_leaves_room_for_the_next_turns(chained, tokenizer, shop):
+    budget, fill = 320, 0.5
+    engine = engine_for(chained, tokenizer, ChatFormat(context_budget=budget, rebuild_fill=fill))
+    trajectories = play(engine, shop, seed=3, max_steps=8)
+    with_earlier_turns = int((budget - engine.max_new_tokens) * fill)
+    rebuilt = [s for t in trajectories for s in t.segments[1:]]
+    assert rebuilt, "the budget should have forced a rebuild"
+    for segment in rebuilt:
+        context = segment.token_ids[:runs(segment.gen_mask, 1)[0][0]]  # what the segment's first reply saw
+        shown_turns = re.findall(r"Turn (\d+)", tokenizer.decode(context))
+        assert len(context) <= with_earlier_turns or len(shown_turns) == 1  # over the fill: only its own turn
+    assert any(len(runs(s.gen_mask, 1)) > 1 for s in rebuilt), "a later turn should have been appended"
+    assert all(len(s.token_ids) <= budget for t in trajectories for s in t.segments)
     check_bookkeeping(engine, trajectories)
 
 

@@ -154,6 +154,10 @@ class ChatFormat:
         context_budget: maximum prompt + reply length in tokens. When the next turn would not fit, the context
             is rebuilt from the system and task messages plus as many of the most recent turns as fit (oldest
             dropped first); if the current page alone does not fit, its middle is cut (``…``).
+        rebuild_fill: the share of the budget (0 < f <= 1) that a rebuilt context may fill with earlier turns. At 1
+            it holds as many turns as fit, so in a long episode every later turn overflows again and its whole
+            context is encoded anew (no KV-cache reuse); below 1 the next turns are appended to the rebuilt context
+            until it fills, at the cost of fewer earlier turns in view.
         max_observation_chars: cut any single page to this many characters first (0 = no cut).
         format_penalty: reward added per turn whose reply has no parseable action (RAGEN: −0.1).
         reward: what a finished episode earns before the format penalty. ``"score"``: the WebShop score at Buy
@@ -171,6 +175,7 @@ class ChatFormat:
     task_prompt: str = DEFAULT_TASK_PROMPT
     history_turns: int | None = None
     context_budget: int = 4096
+    rebuild_fill: float = 1.0
     max_observation_chars: int = 0
     format_penalty: float = -0.1
     repeat_pages: RepeatPages = "short"
@@ -189,13 +194,17 @@ class ChatFormat:
             raise ValueError(f"chat.max_observation_chars must be >= 0 (0 = no cut), got {self.max_observation_chars}")
         if self.context_budget < 64:
             raise ValueError(f"chat.context_budget must be >= 64 (tokens), got {self.context_budget}")
+        if not 0 < self.rebuild_fill <= 1:
+            raise ValueError(f"chat.rebuild_fill must be in (0, 1] (a share of context_budget), got {self.rebuild_fill}")
 
     def key_parts(self) -> dict[str, Any]:
-        """Every setting, for cache keys (stage-1 V* tables, demonstrations); ``one_shot`` only when it is on, so
-        the keys of caches made without it stay valid."""
+        """Every setting, for cache keys (stage-1 V* tables, demonstrations); ``one_shot`` only when it is on and
+        ``rebuild_fill`` only below 1, so the keys of caches made without them stay valid."""
         parts = asdict(self)
         if not self.one_shot:
             del parts["one_shot"]
+        if self.rebuild_fill == 1.0:
+            del parts["rebuild_fill"]
         return parts
 
     def turn_message(self, turn: int, turns_left: int | None, observation: str, available_actions: dict[str, Any],

@@ -95,11 +95,12 @@ class PromptSegmenter:
         window = self.chat.history_turns
         start = turn if window == 0 else (max(0, turn - window) if window is not None else 0)
         budget = self.chat.context_budget - self.max_new_tokens
+        with_earlier_turns = int(budget * self.chat.rebuild_fill)  # room left for the next turns' deltas
         cut: str | None = None  # the current message, cut to fit
         while True:
             current = cut if cut is not None else (history.full_message if start == turn else history.message)
             ids = self.encode(self._render(trajectory.instruction, self._turns(history, start, current)))
-            if len(ids) <= budget:
+            if len(ids) <= (with_earlier_turns if start < turn else budget):
                 break
             if start < turn:
                 start += 1  # drop the oldest turn
