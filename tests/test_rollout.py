@@ -286,20 +286,35 @@ def test_context_budget_forces_a_rebuild(chained, tokenizer, shop):
     check_bookkeeping(engine, trajectories)
 
 
-def test_a_rebuilt_context_below_a_full_fill_leaves_room_for_the_next_turns(chained, tokenizer, shop):
-    budget, fill = 320, 0.5
-    engine = engine_for(chained, tokenizer, ChatFormat(context_budget=budget, rebuild_fill=fill))
-    trajectories = play(engine, shop, seed=3, max_steps=8)
-    with_earlier_turns = int((budget - engine.max_new_tokens) * fill)
-    rebuilt = [s for t in trajectories for s in t.segments[1:]]
+class Searches:
+    """Searches a different query every turn: a results page a turn, so a long episode outgrows a small budget
+    whatever the model would have written."""
+
+    QUERIES = ["pillow", "shoes", "shirt", "tea", "lamp", "soap", "candle", "mug", "towel", "watch"]
+
+    def __call__(self, env):
+        return f"<think>look</think><answer>search[{self.QUERIES[env.num_steps % len(self.QUERIES)]}]</answer>"
+
+
+def test_a_rebuilt_context_below_a_full_fill_leaves_room_for_the_next_turns(model, tokenizer, shop):
+    budget, fill = 1600, 0.5
+    played = {}
+    for f in (1.0, fill):  # the same replies either way (a demonstrator), so the same pages
+        engine = engine_for(model, tokenizer, ChatFormat(context_budget=budget, rebuild_fill=f))
+        played[f] = play(engine, shop, GOALS[:2], max_steps=15, demonstrators=[Searches() for _ in range(2)])
+    full, below = played[1.0], played[fill]
+    assert [[t.action for t in tr.turns] for tr in full] == [[t.action for t in tr.turns] for tr in below]
+    with_earlier_turns = int((budget - MAX_NEW_TOKENS) * fill)
+    rebuilt = [s for t in below for s in t.segments[1:]]
     assert rebuilt, "the budget should have forced a rebuild"
     for segment in rebuilt:
         context = segment.token_ids[:runs(segment.gen_mask, 1)[0][0]]  # what the segment's first reply saw
         shown_turns = re.findall(r"Turn (\d+)", tokenizer.decode(context))
         assert len(context) <= with_earlier_turns or len(shown_turns) == 1  # over the fill: only its own turn
-    assert any(len(runs(s.gen_mask, 1)) > 1 for s in rebuilt), "a later turn should have been appended"
-    assert all(len(s.token_ids) <= budget for t in trajectories for s in t.segments)
-    check_bookkeeping(engine, trajectories)
+    assert all(len(s.token_ids) <= budget for t in below for s in t.segments)
+    segments = {f: sum(len(t.segments) for t in played[f]) for f in played}
+    encoded = {f: sum(len(s.token_ids) for t in played[f] for s in t.segments) for f in played}  # through the model
+    assert segments[fill] < segments[1.0] and encoded[fill] < encoded[1.0], (segments, encoded)
 
 
 def test_log_probs_and_mask_on_the_real_data(real_data_dir, chained, tokenizer):
