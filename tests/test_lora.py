@@ -362,15 +362,16 @@ def test_sft_refuses_to_resume_under_other_lora_settings(sft_run):
     lora.refuse_other_setup(saved, "x.ckpt")
 
 
-def test_gradient_checkpointing_gives_the_same_loss_and_gradients(sft_run):
-    """SFT with gradient checkpointing on (LoRA over the tiny base): the decoder layers recompute their activations
-    in the backward pass, and the loss and every adapter gradient equal those without it."""
+@pytest.mark.parametrize("module_class", [SFTModule, WebShopRLModule])
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(sft_run, module_class):
+    """SFT and RL with gradient checkpointing on (LoRA over the tiny base): the decoder layers recompute their
+    activations in the backward pass, and the loss and every adapter gradient equal those without it."""
     from apo_lightning.apo.logprobs import generated_nll
 
     results = {}
     for checkpointing in (False, True):
-        module = SFTModule(model_name_or_path=BASE, lora=LoraSettings(rank=4, alpha=8),
-                           gradient_checkpointing=checkpointing)
+        module = module_class(model_name_or_path=BASE, lora=LoraSettings(rank=4, alpha=8),
+                              gradient_checkpointing=checkpointing)
         torch.manual_seed(0)  # the same fresh adapter both times
         module.configure_model()
         assert module.policy.is_activation_checkpointing == checkpointing

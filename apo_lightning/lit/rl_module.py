@@ -89,6 +89,11 @@ class WebShopRLModule(CheckedResume, LightningModule):
         results_dir: where ``cli.py test`` writes summary.csv, episodes.jsonl and failure_analysis.md (default:
             ``results/<run_name>``, else ``results``).
         method_name: the method's name in the results (default: the objective's name, e.g. ``apo``).
+        gradient_checkpointing: keep only each decoder layer's input in the policy's forward pass and recompute the
+            rest in the backward pass (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost"): the
+            activations of a batch's segments fall from every layer's per token to one hidden state per layer, for
+            about one more forward pass per step; the same loss and gradients. Rollouts (which run the policy in
+            eval mode) and π_ref's log-probs (no gradients) are unchanged.
 
     Raises:
         ValueError: a negative ``lora.rank``.
@@ -100,7 +105,8 @@ class WebShopRLModule(CheckedResume, LightningModule):
     def __init__(self, model_name_or_path: str = "data/models/tiny-sft", objective: Objective = APO(),
                  learning_rate: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, decay_steps: int = 0,
                  lora: LoraSettings = LoraSettings(), dtype: DType = "float32", sample_trajectories: int = 2,
-                 text_every: int = 25, results_dir: str | None = None, method_name: str | None = None):
+                 text_every: int = 25, results_dir: str | None = None, method_name: str | None = None,
+                 gradient_checkpointing: bool = False):
         super().__init__()
         if lora.rank < 0:
             raise ValueError(f"lora.rank must be >= 0, got {lora.rank}")
@@ -127,7 +133,8 @@ class WebShopRLModule(CheckedResume, LightningModule):
         if self.policy is not None:
             return
         hp = self.hparams
-        start = load_start(hp.model_name_or_path, self.lora_config, hp.dtype)
+        start = load_start(hp.model_name_or_path, self.lora_config, hp.dtype,
+                           gradient_checkpointing=hp.gradient_checkpointing)
         policy, self.tokenizer = start.policy, start.tokenizer
         self.reference_sha256 = start.start_sha256  # π_0 = π_ref: what a resume must match
         if self.lora_config.rank == 0:

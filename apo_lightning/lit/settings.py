@@ -88,13 +88,19 @@ class CheckedResume:
         refuse_other_setup(saved, current, self.RESUME_CHECKS, checkpoint_path)
 
 
-def load_start(model_name_or_path: str, lora: LoraSettings, dtype: str, keep_reference: bool = True) -> TrainingStart:
+def load_start(model_name_or_path: str, lora: LoraSettings, dtype: str, keep_reference: bool = True,
+               gradient_checkpointing: bool = False) -> TrainingStart:
     """``models.lora.load_for_training``, with LoRA settings other than an adapter folder's refused as a
-    ``SettingError`` on ``model.lora`` (printed by the CLI as one line)."""
+    ``SettingError`` on ``model.lora`` (printed by the CLI as one line), and with ``gradient_checkpointing`` the
+    policy's decoder layers recomputed in the backward pass (``transformers``' ``activation_checkpointing_enable``,
+    non-reentrant: the modules' ``gradient_checkpointing`` setting)."""
     try:
-        return load_for_training(model_name_or_path, lora, dtype, keep_reference=keep_reference)
+        start = load_for_training(model_name_or_path, lora, dtype, keep_reference=keep_reference)
     except LoraMismatch as error:
         raise SettingError(f"model.lora: {error}") from error
+    if gradient_checkpointing:
+        start.policy.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    return start
 
 
 class WebShopDataModule(LightningDataModule):

@@ -90,11 +90,10 @@ class SFTModule(CheckedResume, LightningModule):
             SettingError: from an adapter folder, LoRA settings other than the folder's."""
         if self.policy is None:
             hp = self.hparams
-            start = load_start(hp.model_name_or_path, self.lora_config, hp.dtype, keep_reference=False)
+            start = load_start(hp.model_name_or_path, self.lora_config, hp.dtype, keep_reference=False,
+                               gradient_checkpointing=hp.gradient_checkpointing)
             self.policy, self.tokenizer = start.policy, start.tokenizer
             self.model_sha256 = start.start_sha256  # what a resume must start from
-            if hp.gradient_checkpointing:
-                self.policy.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             self.policy.train()
 
     def training_setup(self) -> dict[str, str]:
