@@ -4,6 +4,7 @@ packing them one row per trajectory."""
 import pytest
 import torch
 
+from apo_lightning.apo import logprobs
 from apo_lightning.apo.logprobs import generated_logprobs, generated_nll, pack_generated, sft_loss, token_logprobs
 
 
@@ -45,10 +46,12 @@ def _grads(model, loss):
     return grads
 
 
-def test_generated_logprobs_match_the_full_logits_path():
+@pytest.mark.parametrize("head_chunk", [logprobs.HEAD_CHUNK, 2])
+def test_generated_logprobs_match_the_full_logits_path(monkeypatch, head_chunk):
     """Head + log-softmax at generated positions only (no mask on a right-padded batch) = the full-logits
-    log-probs on every generated token, 0 elsewhere, with gradients (each segment runs cut to its length)."""
-
+    log-probs on every generated token, 0 elsewhere, with gradients (each segment runs cut to its length), whether
+    the head runs in one chunk or in checkpointed chunks of 2 positions."""
+    monkeypatch.setattr(logprobs, "HEAD_CHUNK", head_chunk)
     model, input_ids, attention_mask, gen_mask = _tiny_qwen_and_segments()
     full = token_logprobs(model(input_ids=input_ids, attention_mask=attention_mask).logits, input_ids) * gen_mask
     assert (full[gen_mask == 1] < 0).all()  # a path that returned zeros would not match
@@ -80,9 +83,12 @@ def test_generated_nll_is_the_sft_loss_with_its_gradients():
         generated_nll(model, input_ids, attention_mask, only_first)
 
 
-def test_entropy_at_generated_positions_matches_the_full_logits():
-    """The entropy at each generated position, from the head at generated positions only, equals the entropy
-    computed from the full logits; it is 0 wherever ``gen_mask`` is 0."""
+@pytest.mark.parametrize("head_chunk", [logprobs.HEAD_CHUNK, 2])
+def test_entropy_at_generated_positions_matches_the_full_logits(monkeypatch, head_chunk):
+    """The entropy at each generated position, from the head at generated positions only (in one chunk or in
+    checkpointed chunks of 2), equals the entropy computed from the full logits, gradients included; it is 0
+    wherever ``gen_mask`` is 0."""
+    monkeypatch.setattr(logprobs, "HEAD_CHUNK", head_chunk)
     model, input_ids, attention_mask, gen_mask = _tiny_qwen_and_segments()
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (S, T, V)
     log_probs = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # position t predicts token t + 1
@@ -91,3 +97,32 @@ def test_entropy_at_generated_positions_matches_the_full_logits():
     _, entropy = generated_logprobs(model, input_ids, attention_mask, gen_mask, with_entropy=True)
     assert torch.allclose(entropy, full_entropy * (gen_mask != 0), atol=1e-5)
     assert (entropy[gen_mask != 0][1:] > 0).all() and (entropy[gen_mask == 0] == 0).all()
+    expected = _grads(model, (full_entropy * (gen_mask != 0)).sum())
+    for name, grad in _grads(model, entropy.sum()).items():
+        assert grad is not None and torch.allclose(grad, expected[name], atol=1e-5), name
+
+
+def test_the_head_saves_no_logits_for_the_backward_pass(monkeypatch):
+    """With gradients, the autograd graph saves no vocabulary-wide tensor: each chunk's logits are recomputed in the
+    backward pass (checkpointed), not held for every generated position. The same probe sees every generated
+    position's logits saved when the chunks are not checkpointed."""
+    model, input_ids, attention_mask, gen_mask = _tiny_qwen_and_segments()
+    vocab = model.config.vocab_size
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}  # the head's weight is saved, not logits
+
+    def largest_saved_logits():
+        rows = [0]
+
+        def pack(tensor):
+            if (tensor.dim() >= 2 and vocab in tensor.shape and tensor.dtype.is_floating_point
+                    and tensor.untyped_storage().data_ptr() not in weights):
+                rows[0] = max(rows[0], tensor.numel() // vocab)
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            generated_logprobs(model, input_ids, attention_mask, gen_mask, with_entropy=True)
+        return rows[0]
+
+    assert largest_saved_logits() == 0
+    monkeypatch.setattr(logprobs, "checkpoint", lambda function, *args, **kwargs: function(*args))
+    assert largest_saved_logits() == int((gen_mask[:, 1:] != 0).sum())

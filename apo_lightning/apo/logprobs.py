@@ -10,9 +10,12 @@ token is predicted. Conventions: ``mask: (B, T)`` marks generated tokens (any dt
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from .checks import masked, require_ndim, require_positive_finite, require_same_shape
 
@@ -120,16 +123,21 @@ def sequence_logprob(token_logp: Tensor, mask: Tensor) -> Tensor:
     return masked(token_logp, mask).sum(dim=-1)  # (B,)
 
 
-def generated_logits(model, input_ids: Tensor, attention_mask: Tensor, gen_mask: Tensor,
-                     per_segment: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-    """The model's logits only at the positions that predict a generated token, without the full (S, T, V) logits.
+#: generated positions per chunk of the output head in :func:`generated_logprobs` (a (HEAD_CHUNK, V) float32 block)
+HEAD_CHUNK = 1024
+
+
+def generated_features(model, input_ids: Tensor, attention_mask: Tensor, gen_mask: Tensor,
+                       per_segment: bool = True) -> tuple[Tensor, Tensor, Tensor, Callable[[Tensor], Tensor]]:
+    """What the output head reads at the positions that predict a generated token, and the head itself.
 
     The decoder body runs over the whole sequences, but the output head only at those positions, which is what the
     losses read; the full logits would take ``S × T × V`` floats, the largest tensor of a step at long contexts.
     Right-padded batches (``collate_trajectories``) run with no attention mask, so the attention is plain causal
     (PyTorch's fused kernel, memory linear in T instead of a T × T matrix per head), and by default one segment at a
     time, cut to its own length: no compute on padding (``benchmarks/loss_passes.py`` measures both ways). Models
-    without ``get_decoder``/``get_output_embeddings``, or with a logit soft-cap, run in full and are then indexed.
+    without ``get_decoder``/``get_output_embeddings``, or with a logit soft-cap, run in full: their features are the
+    logits at those positions and the head is the identity.
 
     Args:
         model: a causal LM (``transformers`` or a PEFT wrapper of one).
@@ -139,8 +147,9 @@ def generated_logits(model, input_ids: Tensor, attention_mask: Tensor, gen_mask:
         per_segment: run a right-padded batch segment by segment (False: the decoder over the padded batch).
 
     Returns:
-        ``(rows, cols, logits)``: the K generated tokens at ``(rows, cols + 1)`` (t ≥ 1), in row-major order, and
-        the float32 logits ``(K, V)`` that predict them (at ``(rows, cols)``); differentiable.
+        ``(rows, cols, features, head)``: the K generated tokens at ``(rows, cols + 1)`` (t ≥ 1), in row-major
+        order; the (K, H) features at ``(rows, cols)`` that predict them; and ``head``, mapping (k, H) features to
+        (k, V) float32 logits. Differentiable.
     """
     right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -148,7 +157,7 @@ def generated_logits(model, input_ids: Tensor, attention_mask: Tensor, gen_mask:
     rows, cols = gen_mask[:, 1:].nonzero(as_tuple=True)  # token (row, cols + 1) is predicted at (row, cols)
     if head is None or not hasattr(model, "get_decoder") or softcap:
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (S, T, V)
-        return rows, cols, logits[rows, cols].float()
+        return rows, cols, logits[rows, cols], Tensor.float
     decoder = model.get_decoder()
     if per_segment and right_padded and rows.numel():
         # one segment at a time, cut to its own length: a padded batch of segments of very different lengths is
@@ -162,15 +171,41 @@ def generated_logits(model, input_ids: Tensor, attention_mask: Tensor, gen_mask:
     else:
         selected = decoder(input_ids=input_ids,
                            attention_mask=None if right_padded else attention_mask).last_hidden_state[rows, cols]
-    return rows, cols, head(selected).float()  # (K, V)
+    return rows, cols, selected, lambda features: head(features).float()
+
+
+def generated_logits(model, input_ids: Tensor, attention_mask: Tensor, gen_mask: Tensor,
+                     per_segment: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    """The model's logits only at the positions that predict a generated token (:func:`generated_features`).
+
+    Returns:
+        ``(rows, cols, logits)``: the K generated tokens at ``(rows, cols + 1)`` (t ≥ 1), in row-major order, and
+        the float32 logits ``(K, V)`` that predict them (at ``(rows, cols)``); differentiable.
+    """
+    rows, cols, features, head = generated_features(model, input_ids, attention_mask, gen_mask, per_segment)
+    return rows, cols, head(features)
+
+
+def _head_logprobs(head: Callable[[Tensor], Tensor], features: Tensor, targets: Tensor,
+                   with_entropy: bool) -> tuple[Tensor, Tensor]:
+    """log π of ``targets`` (k,) and, with ``with_entropy``, the entropy (k,) (else zeros), from (k, H) features."""
+    log_probs = torch.log_softmax(head(features), dim=-1)  # (k, V)
+    logp = log_probs.gather(1, targets[:, None]).squeeze(1)
+    entropy = -(log_probs.exp() * log_probs).sum(dim=-1) if with_entropy else torch.zeros_like(logp)
+    return logp, entropy
 
 
 def generated_logprobs(model, input_ids: Tensor, attention_mask: Tensor, gen_mask: Tensor, per_segment: bool = True,
                        with_entropy: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-    """log π(token | prefix) of every generated token, computed from :func:`generated_logits`.
+    """log π(token | prefix) of every generated token, from :func:`generated_features`.
+
+    The head runs over :data:`HEAD_CHUNK` generated positions at a time, and with gradients each chunk is
+    checkpointed (``torch.utils.checkpoint``, recomputed in the backward pass): a step keeps one (HEAD_CHUNK, V)
+    block of logits at a time instead of several (K, V) ones — the largest tensors of a step whose trajectories
+    generate many tokens — for one more pass of the head. The same values and gradients.
 
     Args:
-        model, input_ids, attention_mask, gen_mask, per_segment: as :func:`generated_logits`.
+        model, input_ids, attention_mask, gen_mask, per_segment: as :func:`generated_features`.
         with_entropy: also return the policy's entropy at each generated position, ``−Σ_v π(v|·) log π(v|·)``
             (nats), differentiable (an entropy bonus trains through it).
 
@@ -178,15 +213,24 @@ def generated_logprobs(model, input_ids: Tensor, attention_mask: Tensor, gen_mas
         (S, T) float32: the log-probability at every generated token (t ≥ 1), 0 elsewhere; differentiable. With
         ``with_entropy``, ``(logp, entropy)``, both (S, T) float32.
     """
-    rows, cols, logits = generated_logits(model, input_ids, attention_mask, gen_mask, per_segment)
-    log_probs = torch.log_softmax(logits, dim=-1)  # (K, V)
+    rows, cols, features, head = generated_features(model, input_ids, attention_mask, gen_mask, per_segment)
     targets = input_ids[rows, cols + 1]
+    logp_parts, entropy_parts = [], []
+    for start in range(0, len(targets), HEAD_CHUNK):
+        part = (head, features[start:start + HEAD_CHUNK], targets[start:start + HEAD_CHUNK], with_entropy)
+        if torch.is_grad_enabled() and features.requires_grad:
+            logp, entropy = checkpoint(_head_logprobs, *part, use_reentrant=False)
+        else:
+            logp, entropy = _head_logprobs(*part)
+        logp_parts.append(logp)
+        entropy_parts.append(entropy)
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
-    logp = out.index_put((rows, cols + 1), log_probs.gather(1, targets[:, None]).squeeze(1))
+    if not logp_parts:
+        return (out, torch.zeros_like(out)) if with_entropy else out
+    logp = out.index_put((rows, cols + 1), torch.cat(logp_parts))
     if not with_entropy:
         return logp
-    entropy = -(log_probs.exp() * log_probs).sum(dim=-1)  # (K,)
-    return logp, torch.zeros_like(out).index_put((rows, cols + 1), entropy)
+    return logp, torch.zeros_like(out).index_put((rows, cols + 1), torch.cat(entropy_parts))
 
 
 def generated_nll(model, input_ids: Tensor, attention_mask: Tensor, gen_mask: Tensor) -> Tensor:
