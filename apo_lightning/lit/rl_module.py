@@ -55,6 +55,7 @@ from ..eval.metrics import trajectory_metrics
 from ..eval.report import write_results
 from ..models.lora import REFERENCE_ADAPTER, LoraSettings, adapter_active
 from ..rollout.trajectory import Trajectory
+from ..utils.memory import release_free_memory
 from .settings import CheckedResume, load_start
 
 log = logging.getLogger(__name__)
@@ -213,6 +214,9 @@ class WebShopRLModule(CheckedResume, LightningModule):
             return None
         self._log_training(loss, stats, batch)
         return loss
+
+    def on_train_batch_end(self, outputs, batch: dict, batch_idx: int) -> None:
+        release_free_memory()  # the step's activations: back to the OS, not kept through the next rollout
 
     def _log_training(self, loss, stats: dict, batch: dict) -> None:
         """``train/*`` (the objective's statistics), ``rollout/*`` (the trajectories'), ``stage1/*`` when the batch

@@ -18,6 +18,7 @@ from typing import Callable, Literal, Sequence
 import torch
 from tqdm import tqdm
 
+from ..utils.memory import release_free_memory
 from ..utils.seeds import derive_seed
 from ..webshop import WebShop, WebShopEnv
 from .chat import ChatFormat, ParsedReply, parse_reply
@@ -150,6 +151,7 @@ class RolloutEngine:
             forward_s, gen_tokens = self._play(episodes, generator, demonstrators)
         if was_training:
             self.model.train()
+        release_free_memory()  # the batch's KV caches: back to the OS, not kept for the training step
         elapsed = time.perf_counter() - start
         self.stats = {"episodes": len(episodes), "seconds": elapsed, "generate_seconds": forward_s,
                       "generated_tokens": gen_tokens, "episodes_per_s": len(episodes) / elapsed,
