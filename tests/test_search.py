@@ -223,10 +223,12 @@ def random_queries(texts: list[str], rng: random.Random, n: int) -> list[str]:
     return queries
 
 
-def pruning_forced(monkeypatch) -> None:
-    """Every query of two or more terms goes through every pruning step, from a small sample."""
+def pruning_forced(monkeypatch, block_size: int = 8) -> None:
+    """Every query of two or more terms goes through the block-max search, one block in its first round; indexes
+    built afterwards have blocks of ``block_size`` documents, so even a small catalog has many blocks."""
     monkeypatch.setattr(search, "DIRECT_POSTINGS", 0)
-    monkeypatch.setattr(search, "SAMPLE_POSTINGS", 16)
+    monkeypatch.setattr(search, "FIRST_BLOCKS", 1)
+    monkeypatch.setattr(search, "BLOCK_SIZE", block_size)
 
 
 def assert_same_rankings(engine: SearchEngine, queries: list[str], ks=(1, 7, 50, 400)) -> int:
@@ -242,24 +244,24 @@ def assert_same_rankings(engine: SearchEngine, queries: list[str], ks=(1, 7, 50,
 
 @pytest.mark.parametrize("forced", [False, True], ids=["default", "forced"])
 def test_pruned_search_equals_exhaustive_on_the_real_1k_data(engine, real_data_dir, golden_queries, forced,
-                                                             monkeypatch):
-    if forced:
+                                                             monkeypatch, lucene_doc_tokens):
+    if forced:  # 125 blocks of 8 documents
         pruning_forced(monkeypatch)
+        engine = SearchEngine([d["id"] for d in lucene_doc_tokens], [d["tokens"] for d in lucene_doc_tokens])
     docs = read_jsonl(real_data_dir / "webshop_1k_search_docs.jsonl")
     queries = random_queries([d["contents"] for d in docs], random.Random(0), 300)
     queries += [q["query"] for q in golden_queries[:200]]
     assert assert_same_rankings(engine, queries) > 50_000
 
 
-@pytest.mark.parametrize("champions", [128, 2])
-def test_pruned_search_equals_exhaustive_on_a_synthetic_catalog(tmp_path, monkeypatch, champions):
+@pytest.mark.parametrize("block_size", [128, 3])
+def test_pruned_search_equals_exhaustive_on_a_synthetic_catalog(tmp_path, monkeypatch, block_size):
     """3,000 synthetic products: a small vocabulary, so every query term is common and scores tie by the hundred."""
     from apo_lightning.webshop import WebShop
     from apo_lightning.webshop.catalog import search_document
     from apo_lightning.webshop.synthetic import generate_catalog
 
-    monkeypatch.setattr(search, "CHAMPIONS_PER_TERM", champions)  # 2: a weak first bound, more refinement steps
-    pruning_forced(monkeypatch)
+    pruning_forced(monkeypatch, block_size)  # 3: a thousand blocks, many rounds
     shop = WebShop.load(generate_catalog(tmp_path / "catalog", seed=3, num_products=3000), cache=False)
     engine = shop.search_engine
     texts = [search_document(p) for p in shop.products[:500]]
@@ -292,6 +294,37 @@ def test_pruned_search_on_lengths_and_magnitudes_far_apart(monkeypatch):
     queries = [" ".join(rng.choices(vocabulary, weights, k=rng.randint(2, 10))) for _ in range(150)]
     queries += [" ".join(rng.sample(vocabulary[200:], 3) + ["t0", "t1"]) for _ in range(50)]
     assert assert_same_rankings(engine, queries) > 50_000
+
+
+def interleaved_topics(num_docs: int = 2000, num_topics: int = 20) -> SearchEngine:
+    """Documents of 20 topics (5 words each) added in turn, one topic after another, each also holding "common"."""
+    rng = random.Random(4)
+    topics = [[f"t{i}w{j}" for j in range(5)] for i in range(num_topics)]
+    docs = [rng.sample(topics[i % num_topics], 3) + ["common"] * rng.randint(1, 3) for i in range(num_docs)]
+    return SearchEngine([f"B{i:05d}" for i in range(num_docs)], docs)
+
+
+def test_the_cluster_order_puts_documents_of_a_topic_together(monkeypatch):
+    monkeypatch.setattr(search, "CLUSTER_MIN_DOC_FREQ", 2)
+    engine = interleaved_topics()
+    topic = [int(doc_id[1:]) % 20 for doc_id in engine.doc_ids]  # each document's topic, in index order
+    runs = 1 + sum(a != b for a, b in zip(topic, topic[1:]))
+    assert runs <= 3 * 20  # a run per rarest word at most (2,000 runs in the order they were added)
+
+
+def test_block_max_search_scores_only_blocks_that_can_hold_the_answer(monkeypatch):
+    """Every block holds "common", so all 250 blocks have a bound; a topic fills about 13 of them."""
+    pruning_forced(monkeypatch, block_size=8)
+    monkeypatch.setattr(search, "CLUSTER_MIN_DOC_FREQ", 2)
+    engine = interleaved_topics()
+    scored = []
+    score_blocks = engine._score_blocks
+    monkeypatch.setattr(engine, "_score_blocks", lambda *args: scored.extend(args[-1].tolist())
+                        or score_blocks(*args))
+    for query in ("t3w0 t3w1 common", "t7w2 t7w4 t7w1", "t11w0 common common"):
+        scored.clear()
+        assert engine.search(query, 10) == engine.search_exhaustive(query, 10)
+        assert len(set(scored)) == len(scored) <= 2 * 13, query  # no block twice, few beyond the topic's
 
 
 def test_exact_scores_of_any_documents_equal_the_reference(engine, golden_queries):
@@ -341,6 +374,7 @@ def test_builder_adds_documents_one_at_a_time_in_chunks(lucene_doc_tokens, monke
         builder.add(d["id"], d["tokens"])
     assert len(builder) == 1000
     chunked = builder.build()
-    for name in ("posting_start", "posting_doc", "posting_denominator", "idf", "max_denominator", "id_rank"):
+    for name in ("posting_start", "posting_doc", "posting_denominator", "idf", "block_start", "block_id",
+                 "block_max_denominator", "id_rank"):
         np.testing.assert_array_equal(getattr(chunked, f"_{name}"), getattr(engine, f"_{name}"))
     assert all(chunked.search(q["query"]) == engine.search(q["query"]) for q in golden_queries[:100])

@@ -220,27 +220,32 @@ def quantize_length(length: int) -> int:
 
 # ------------------------------------------------------------------------------------------------- engine
 #: Version of the files :meth:`SearchEngine.save` writes; a saved index of another version is refused on load.
-INDEX_FORMAT_VERSION = 1
+INDEX_FORMAT_VERSION = 2
 #: The file holding a saved index's scalars and format version, beside one ``<array>.npy`` file per array.
 INDEX_META_FILE = "search_index.json"
-#: Per term, how many of its highest-impact postings (largest ``1 + tf * normInverse``) are kept as its "champion
-#: list" (Manning, Raghavan & Schütze, *Introduction to Information Retrieval*, 2008, §7.1.3). The champions of the
-#: query's terms are scored first, to start pruning from a good lower bound on the k-th best score.
-CHAMPIONS_PER_TERM = 128
+#: Documents per block of the block-max index: each term keeps, per block of this many consecutive (reordered)
+#: documents it occurs in, its largest denominator, so a block's best possible score for a query is known without
+#: reading its postings (Ding & Suel, "Faster top-k document retrieval using block-max indexes", SIGIR 2011).
+BLOCK_SIZE = 128
+#: When the index is built, documents are renumbered so that similar ones share blocks: sorted by their rarest terms
+#: (up to this many, each held by at least ``CLUSTER_MIN_DOC_FREQ`` documents), rarest first. Any order ranks the
+#: same; this one makes block bounds tight (Silvestri, "Sorting out the document identifier assignment problem",
+#: ECIR 2007, orders by URL for the same reason).
+CLUSTER_KEY_TERMS = 4
+CLUSTER_MIN_DOC_FREQ = 16
 #: A query whose terms have at most this many postings in all is scored exhaustively: pruning would not pay off.
 DIRECT_POSTINGS = 8192
-#: The rarest terms' complete posting lists join the champions in the first, exactly scored sample, up to this many
-#: postings (documents holding a query's rarest words are the likeliest to rank high).
-SAMPLE_POSTINGS = 4096
-#: Relative margin of every pruning test. A document is skipped only when an upper bound of its score is below
-#: ``theta * (1 - 2**-20)``; float32 scores are 2**-24 apart (relative), and the double-precision sums behind the
-#: bounds are exact to far less, so no rounding can skip a document that reaches the k-th best score.
+#: Blocks scored in the first round of a pruned search (highest bounds first); each later round doubles.
+FIRST_BLOCKS = 4
+#: Relative margin of every pruning test. A block is skipped only when an upper bound of its documents' scores is
+#: below ``theta * (1 - 2**-20)``; float32 scores are 2**-24 apart (relative), and the double-precision sums behind
+#: the bounds are exact to far less, so no rounding can skip a document that reaches the k-th best score.
 _MARGIN = 1.0 - 2.0**-20
 #: Provisional (term, document) pairs gathered before they are sorted and counted, while building.
 _BUILD_CHUNK_TOKENS = 1 << 22
 #: The arrays of an index, each saved as ``<name>.npy`` (see :class:`SearchEngine` for their meaning).
-_ARRAYS = ("doc_ids", "id_rank", "posting_start", "posting_doc", "posting_denominator", "idf", "max_denominator",
-           "champion_start", "champion_doc", "term_bytes", "term_offsets")
+_ARRAYS = ("doc_ids", "id_rank", "posting_start", "posting_doc", "posting_denominator", "idf", "block_start",
+           "block_id", "block_max_denominator", "block_posting_start", "term_bytes", "term_offsets")
 
 
 def _utf8(text: str) -> bytes:
@@ -280,11 +285,72 @@ def _union(lists: list[np.ndarray]) -> np.ndarray:
     return merged[distinct]
 
 
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The integers of several ranges, one after another: ``concatenate([arange(s, s + c) for s, c in ...])``,
+    (sum(counts),) int64, without a Python loop."""
+    ends = np.cumsum(counts)
+    return np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) + np.repeat(starts - (ends - counts), counts)
+
+
 def _kth_largest(values: np.ndarray, k: int) -> float:
     """The k-th largest of ``values`` (as a Python float), or 0.0 when there are fewer than k."""
     if len(values) < k:
         return 0.0
     return float(np.partition(values, len(values) - k)[len(values) - k])
+
+
+def _cluster_order(posting_term: np.ndarray, posting_doc: np.ndarray, doc_freq: np.ndarray,
+                   num_docs: int) -> np.ndarray:
+    """The documents in cluster order: (N,) int64, the old index of each new position.
+
+    Each document's key is its rarest terms (at most ``CLUSTER_KEY_TERMS``, each held by at least
+    ``CLUSTER_MIN_DOC_FREQ`` documents, rarest first, ties by term id); documents are sorted by their keys, so those
+    that share their rarest words become neighbours. Documents with equal keys keep their order.
+
+    Args:
+        posting_term: (P,) int64 term id of each (term, document) pair.
+        posting_doc: (P,) int64 document index of each pair.
+        doc_freq: (V,) int64 documents per term.
+        num_docs: N.
+    """
+    num_terms = len(doc_freq)
+    rarity = np.empty(num_terms, dtype=np.int64)  # a term's place when terms are sorted rarest first
+    rarity[np.lexsort((np.arange(num_terms), doc_freq))] = np.arange(num_terms)
+    kept = doc_freq[posting_term] >= CLUSTER_MIN_DOC_FREQ
+    keys = np.sort((posting_doc[kept].astype(np.int64) << 32) | rarity[posting_term[kept]])  # by document, rarest first
+    doc_of_key = keys >> 32
+    first = np.searchsorted(doc_of_key, np.arange(num_docs))  # (N,) each document's first key
+    count = np.bincount(doc_of_key, minlength=num_docs)  # (N,)
+    columns = []
+    for j in range(CLUSTER_KEY_TERMS):
+        column = np.full(num_docs, num_terms, dtype=np.int64)  # a document with fewer terms sorts after
+        has = count > j
+        column[has] = keys[first[has] + j] & 0xFFFFFFFF
+        columns.append(column)
+    return np.lexsort(columns[::-1])  # the rarest term is the primary key
+
+
+def _block_maxima(posting_term: np.ndarray, posting_doc: np.ndarray, posting_denominator: np.ndarray,
+                  num_terms: int, num_docs: int) -> dict[str, np.ndarray]:
+    """The block-max index: per term, the blocks (``BLOCK_SIZE`` documents each) it occurs in, its largest
+    denominator in each and where its postings in each begin. Postings must be sorted by (term, document).
+
+    Returns:
+        ``block_start`` (V + 1,) int64 (term t's blocks are entries ``[block_start[t], block_start[t + 1])``),
+        ``block_id`` (E,) int32 ascending within a term, ``block_max_denominator`` (E,) float32 and
+        ``block_posting_start`` (E + 1,) int64 (entry e's postings are ``[block_posting_start[e],
+        block_posting_start[e + 1])``).
+    """
+    num_blocks = -(-num_docs // BLOCK_SIZE)
+    code = posting_term * num_blocks + posting_doc // BLOCK_SIZE  # (P,) ascending
+    starts = np.flatnonzero(np.concatenate(([True], code[1:] != code[:-1]))) if len(code) else np.zeros(0, np.int64)
+    block_max_denominator = (np.maximum.reduceat(posting_denominator, starts) if len(starts)
+                             else np.zeros(0, dtype=np.float32))
+    block_id = (posting_doc[starts] // BLOCK_SIZE).astype(np.int32)
+    block_start = np.searchsorted(posting_term[starts], np.arange(num_terms + 1)).astype(np.int64)
+    block_posting_start = np.append(starts, len(code)).astype(np.int64)
+    return {"block_start": block_start, "block_id": block_id, "block_max_denominator": block_max_denominator,
+            "block_posting_start": block_posting_start}
 
 
 class _Vocabulary:
@@ -373,11 +439,20 @@ class SearchIndexBuilder:
         self._term_ids, self._doc_ids, self._lengths, self._pairs = {}, [], [], []  # free them before the sort
         self._pending_first_doc = 0
 
-        # Final term ids are the ranks of the terms' bytes; postings sorted by (term, document).
+        # Final term ids are the ranks of the terms' bytes.
         by_bytes = sorted(range(len(terms)), key=terms.__getitem__)
         rank = np.empty(len(terms), dtype=np.int64)
         rank[by_bytes] = np.arange(len(terms))
-        codes = (rank[codes >> 32] << 32) | (codes & 0xFFFFFFFF)
+        posting_term = rank[codes >> 32]  # (P,)
+        doc_freq = np.bincount(posting_term, minlength=len(terms))  # (V,)
+
+        # Documents renumbered in cluster order (CLUSTER_KEY_TERMS); postings then sorted by (term, document).
+        cluster_order = _cluster_order(posting_term, codes & 0xFFFFFFFF, doc_freq, len(doc_ids))  # (N,) old index
+        new_index = np.empty(len(doc_ids), dtype=np.int64)
+        new_index[cluster_order] = np.arange(len(doc_ids))
+        doc_ids, lengths = doc_ids[cluster_order], lengths[cluster_order]
+        codes = (posting_term << 32) | new_index[codes & 0xFFFFFFFF]
+        del posting_term, new_index, cluster_order
         order = np.argsort(codes, kind="stable")
         codes, term_freq = codes[order], term_freq[order]
         del order
@@ -392,25 +467,10 @@ class SearchIndexBuilder:
         norm_inverse = _norm_inverses(lengths, avg_doc_length)  # (N,) float32
         posting_denominator = np.float32(1.0) + term_freq.astype(np.float32) * norm_inverse[posting_doc]  # (P,)
         del term_freq
-        doc_freq = np.bincount(posting_term, minlength=len(terms))  # (V,)
-        del posting_term
         posting_start = np.zeros(len(terms) + 1, dtype=np.int64)  # (V + 1,)
         np.cumsum(doc_freq, out=posting_start[1:])
-        if len(terms):
-            max_denominator = np.maximum.reduceat(posting_denominator, posting_start[:-1])  # (V,) every df >= 1
-        else:
-            max_denominator = np.zeros(0, dtype=np.float32)
-
-        # Champion lists: each long term's CHAMPIONS_PER_TERM postings of largest denominator, documents ascending.
-        long_terms = np.flatnonzero(doc_freq > CHAMPIONS_PER_TERM)
-        champion_start = np.zeros(len(terms) + 1, dtype=np.int64)
-        champion_start[long_terms + 1] = CHAMPIONS_PER_TERM
-        np.cumsum(champion_start, out=champion_start)
-        champion_doc = np.empty(int(champion_start[-1]), dtype=np.int32)
-        for t in long_terms.tolist():
-            lo, hi = int(posting_start[t]), int(posting_start[t + 1])
-            best = np.argpartition(posting_denominator[lo:hi], hi - lo - CHAMPIONS_PER_TERM)[-CHAMPIONS_PER_TERM:]
-            champion_doc[champion_start[t]:champion_start[t + 1]] = np.sort(posting_doc[lo:hi][best])
+        blocks = _block_maxima(posting_term, posting_doc, posting_denominator, len(terms), len(doc_ids))
+        del posting_term
 
         id_rank = np.empty(len(doc_ids), dtype=np.int32)  # the secondary sort key: Anserini sorts ties by id
         id_rank[np.argsort(doc_ids, kind="stable")] = np.arange(len(doc_ids), dtype=np.int32)
@@ -420,10 +480,9 @@ class SearchIndexBuilder:
         arrays = {
             "doc_ids": doc_ids, "id_rank": id_rank, "posting_start": posting_start, "posting_doc": posting_doc,
             "posting_denominator": posting_denominator, "idf": _idfs(doc_freq, docs_with_terms),
-            "max_denominator": max_denominator, "champion_start": champion_start, "champion_doc": champion_doc,
-            "term_bytes": term_bytes, "term_offsets": term_offsets,
+            "term_bytes": term_bytes, "term_offsets": term_offsets, **blocks,
         }
-        return SearchEngine._from_arrays(arrays, docs_with_terms, avg_doc_length, None)
+        return SearchEngine._from_arrays(arrays, docs_with_terms, avg_doc_length, BLOCK_SIZE, None)
 
 
 class SearchEngine:
@@ -437,19 +496,20 @@ class SearchEngine:
 
     * :meth:`scores` / :meth:`search_exhaustive` score every document (O(N + postings of the query's terms)); this
       is the reference.
-    * :meth:`search` prunes with MaxScore (Turtle & Flood, "Query evaluation: strategies and optimizations",
-      Information Processing & Management 31(6), 1995), done a term at a time with NumPy: (1) the query terms'
-      champion lists and the rarest terms' postings are scored exactly, and their k-th best score is a lower bound
-      ``theta`` of the answer's k-th best; (2) with each term's highest possible score (from its largest stored
-      denominator), the terms are sorted by that bound, and the lowest-bound terms whose bounds add up to less than
-      ``theta`` are "non-essential": a document that holds none of the other ("essential") terms cannot reach the
-      top k, so only the essential terms' postings are read in full; (3) the non-essential terms are then looked up
-      for the surviving candidates only, largest bound first, and after each one ``theta`` is raised and every
-      candidate whose score so far plus the bounds still to come stays below ``theta`` is dropped; (4) the
-      candidates that can still reach the k-th best are scored again exactly as the reference does (terms added in
-      query order in double precision, then rounded to float32) and ranked by score, then id. Every test keeps a
-      margin (``_MARGIN``) above float rounding, so no document the reference ranks in the top k is ever dropped.
-      A query then costs about the postings of its rarer terms instead of all its terms' postings, and never O(N).
+    * :meth:`search` prunes with a block-max index (Ding & Suel, SIGIR 2011), visiting blocks of documents in
+      order of their bounds as in anytime ranking over a clustered index (Mackenzie, Petri & Moffat, "Anytime
+      ranking on document-ordered indexes", ACM TOIS 40(1), 2021). The documents are numbered so that similar ones
+      are neighbours (:data:`CLUSTER_KEY_TERMS`) and cut into blocks of :data:`BLOCK_SIZE`; each term stores its
+      largest denominator per block. For a query: (1) every block's bound, the sum over the query's terms of each
+      term's highest score in that block, is one ``bincount`` over the terms' block lists; (2) in rounds of
+      :data:`FIRST_BLOCKS` blocks, then twice as many each round, the blocks with the highest bounds are scored:
+      their documents' scores are computed exactly as the reference computes them (terms added in query order in
+      double precision, then rounded to float32), and the k-th best score so far, ``theta``, rises; (3) after each
+      round every block whose bound is below ``theta`` is dropped, since no document in it can reach the top k, and
+      the search ends when no block is left.
+      Every test keeps a margin (``_MARGIN``) above float rounding, so no document the reference ranks in the top k
+      is ever dropped. A query then reads the block lists of its terms and the postings of the few blocks that can
+      hold the answer, and never O(N).
 
     Index layout (CSR over terms, term ids in UTF-8 byte order of the terms; P = number of distinct
     (term, document) pairs, V = number of terms, N = number of documents):
@@ -458,17 +518,20 @@ class SearchEngine:
     * ``_posting_doc``: (P,) int32, document index of each posting, ascending within a term;
     * ``_posting_denominator``: (P,) float32, ``1f + tf * normInverse(doc)``, the query-independent part of the
       BM25 term score ``w - w / denominator``;
-    * ``_max_denominator``: (V,) float32, each term's largest denominator (its highest score is
-      ``w - w / _max_denominator[t]``, exact in float32 because each float operation here is monotonic);
-    * ``_champion_start`` / ``_champion_doc``: (V + 1,) int64 / (C,) int32, a CSR of each term's champion documents
-      (only terms with more than ``CHAMPIONS_PER_TERM`` postings have any; for the others, all postings are);
+    * ``_block_start`` / ``_block_id`` / ``_block_max_denominator``: (V + 1,) int64 / (E,) int32 / (E,) float32, a
+      CSR over terms of the blocks each term occurs in (block b holds documents ``[b * B, (b + 1) * B)``, B the
+      index's block size) and the term's largest denominator there (its highest score in the block is
+      ``w - w / max``, a bound in float32 because each float operation here is monotonic);
+    * ``_block_posting_start``: (E + 1,) int64, where each (term, block) entry's postings begin (the next entry's
+      begin is where they end);
     * ``_idf``: (V,) float32; ``_doc_ids``: (N,) bytes, the ids' UTF-8; ``_id_rank``: (N,) int32, each id's rank
       in sorted order (the tie-break); ``_term_bytes`` / ``_term_offsets``: the sorted vocabulary.
 
     An index is built in memory (the constructor, :meth:`from_contents`, or :class:`SearchIndexBuilder` for one
     document at a time), written with :meth:`save` and opened memory-mapped with :meth:`load`, so an index larger
-    than memory costs only the pages that queries read. Thread-safe for queries: each thread gets its own scratch
-    arrays (two of N entries, 9 bytes per document, made on its first pruned query).
+    than memory costs only the pages that queries read. Document indexes are internal (cluster order); results and
+    :meth:`doc_id` give ASINs. Thread-safe for queries: each thread gets its own scratch arrays (two of N entries,
+    9 bytes per document, made on its first query that needs them).
 
     Attributes:
         doc_count: number of documents, N.
@@ -498,7 +561,7 @@ class SearchEngine:
 
     @classmethod
     def _from_arrays(cls, arrays: dict[str, np.ndarray], docs_with_terms: int, avg_doc_length: np.float32,
-                     folder: Path | None) -> SearchEngine:
+                     block_size: int, folder: Path | None) -> SearchEngine:
         engine = cls.__new__(cls)
         for name in _ARRAYS:
             setattr(engine, f"_{name}", arrays[name])
@@ -506,6 +569,7 @@ class SearchEngine:
         engine.avg_doc_length = np.float32(avg_doc_length)
         engine.folder = folder
         engine._docs_with_terms = docs_with_terms
+        engine._block_size = block_size
         engine._vocabulary = _Vocabulary(engine._term_bytes, engine._term_offsets)
         engine._term_id = lru_cache(maxsize=1 << 16)(engine._vocabulary.get)  # queries repeat their words
         engine._scratch = threading.local()
@@ -543,7 +607,7 @@ class SearchEngine:
         meta = {"format_version": INDEX_FORMAT_VERSION, "doc_count": self.doc_count,
                 "docs_with_terms": self._docs_with_terms, "avg_doc_length": float(self.avg_doc_length),
                 "vocabulary_size": self.vocabulary_size, "postings": len(self._posting_doc),
-                "champions_per_term": CHAMPIONS_PER_TERM}
+                "block_size": self._block_size}
         (folder / INDEX_META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
     @classmethod
@@ -565,10 +629,10 @@ class SearchEngine:
             version = meta.get("format_version")
         except (ValueError, AttributeError) as e:
             raise ValueError(f"{meta_path}: not a JSON object of index settings ({e})") from e
-        if version != INDEX_FORMAT_VERSION or meta.get("champions_per_term") != CHAMPIONS_PER_TERM:
-            raise ValueError(f"{meta_path}: index format_version {version!r}, champions_per_term "
-                             f"{meta.get('champions_per_term')!r}; this code reads version {INDEX_FORMAT_VERSION} "
-                             f"with {CHAMPIONS_PER_TERM} champions per term: rebuild the index")
+        block_size = meta.get("block_size") if isinstance(meta, dict) else None
+        if version != INDEX_FORMAT_VERSION or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"{meta_path}: index format_version {version!r} (block_size {block_size!r}); this code "
+                             f"reads version {INDEX_FORMAT_VERSION} with a positive block_size: rebuild the index")
         arrays = {}
         for name in _ARRAYS:
             path = folder / f"{name}.npy"
@@ -579,7 +643,8 @@ class SearchEngine:
             arrays[name] = np.asarray(np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False))
         if len(arrays["doc_ids"]) != meta["doc_count"] or len(arrays["posting_doc"]) != meta["postings"]:
             raise ValueError(f"{folder}: the array files do not match {INDEX_META_FILE}; rebuild the index")
-        return cls._from_arrays(arrays, int(meta["docs_with_terms"]), np.float32(meta["avg_doc_length"]), folder)
+        return cls._from_arrays(arrays, int(meta["docs_with_terms"]), np.float32(meta["avg_doc_length"]), block_size,
+                                folder)
 
     def __getstate__(self) -> dict:
         """Pickle a loaded index as its folder (the other process maps the same files); an in-memory one whole."""
@@ -594,7 +659,7 @@ class SearchEngine:
             return
         arrays = {name: state[f"_{name}"] for name in _ARRAYS}
         self.__dict__.update(SearchEngine._from_arrays(arrays, state["_docs_with_terms"], state["avg_doc_length"],
-                                                       None).__dict__)
+                                                       state["_block_size"], None).__dict__)
 
     # ------------------------------------------------------------------------------------------- lookups
     @property
@@ -604,7 +669,8 @@ class SearchEngine:
 
     @property
     def doc_ids(self) -> list[str]:
-        """The document ids (ASINs) in index order; built on each call, O(N)."""
+        """The document ids (ASINs) in index order (cluster order, not the order they were added); built on each
+        call, O(N)."""
         return [self.doc_id(i) for i in range(self.doc_count)]
 
     def doc_id(self, i: int) -> str:
@@ -740,8 +806,52 @@ class SearchEngine:
             total += self._contributions(t, weight, docs)
         return total.astype(np.float32)
 
+    def _query_blocks(self, term_ids: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The query terms' block entries and every block's bound.
+
+        Returns:
+            ``codes`` (E_q,) int64, ``j * num_blocks + block`` for query term j's entries, ascending;
+            ``entries`` (E_q,) int64, the index's entry of each code; ``bounds`` (num blocks,) float64, each block's
+            sum in double of each query term's highest float32 score in the block (0 where no term occurs). No
+            document of a block scores above its bound (to rounding).
+        """
+        num_blocks = -(-self.doc_count // self._block_size)
+        lo, hi = self._block_start[term_ids], self._block_start[term_ids + 1]  # (Q,)
+        counts = hi - lo
+        entries = _ranges(lo, counts)  # (E_q,)
+        blocks = self._block_id[entries].astype(np.int64)
+        term_weights = np.repeat(weights, counts)  # (E_q,) float32
+        term_bounds = term_weights - term_weights / self._block_max_denominator[entries]  # float32, one rounding per op
+        bounds = np.bincount(blocks, weights=term_bounds.astype(np.float64), minlength=num_blocks)
+        codes = np.repeat(np.arange(len(term_ids), dtype=np.int64) * num_blocks, counts) + blocks
+        return codes, entries, bounds
+
+    def _score_blocks(self, weights: np.ndarray, codes: np.ndarray, entries: np.ndarray,
+                      blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The documents of ``blocks`` (ascending) that match a query term, and their float32 scores computed as
+        :meth:`scores` computes them (each document's clause scores added in double in query-term order).
+        ``codes`` and ``entries`` are :meth:`_query_blocks`'."""
+        size, num_blocks = self._block_size, -(-self.doc_count // self._block_size)
+        wanted = (np.arange(len(weights), dtype=np.int64)[:, None] * num_blocks + blocks[None, :]).ravel()  # (Q * m,)
+        at = np.minimum(np.searchsorted(codes, wanted), len(codes) - 1)
+        found = np.flatnonzero(codes[at] == wanted)  # term-major: term j's entries come before term j + 1's
+        entry = entries[at[found]]
+        lo = self._block_posting_start[entry]
+        counts = self._block_posting_start[entry + 1] - lo
+        postings = _ranges(lo, counts)  # (n,) term by term, block by block
+        term_weights = np.repeat(weights[found // len(blocks)], counts)  # (n,) float32
+        term_scores = term_weights - term_weights / self._posting_denominator[postings]  # float32, one rounding per op
+        slot_base = np.repeat((found % len(blocks)) * size - blocks[found % len(blocks)] * size, counts)
+        slots = self._posting_doc[postings] + slot_base  # (n,) document j of the i-th block: i * size + j
+        # bincount adds in input order, so each document's clauses in query-term order, as the reference does
+        scores = np.bincount(slots, weights=term_scores.astype(np.float64), minlength=len(blocks) * size)
+        scores = scores.astype(np.float32)
+        matched = np.flatnonzero(scores > 0)
+        docs = (blocks[matched // size] * size + matched % size).astype(np.int32)
+        return docs, scores[matched]
+
     def _top_k(self, term_ids: np.ndarray, weights: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """MaxScore (class docstring): the top-k documents and their float32 scores, ranked."""
+        """Block-max search (class docstring): the top-k documents and their float32 scores, ranked."""
         doc_freq = self._posting_start[term_ids + 1] - self._posting_start[term_ids]  # (Q,)
         if len(term_ids) == 1:
             docs, denominators = self._postings(term_ids.item(0))
@@ -750,60 +860,24 @@ class SearchEngine:
             docs = _union([self._postings(t)[0] for t in term_ids.tolist()])
             return self._select(docs, self._exact_scores(term_ids, weights, docs), k)
 
-        # (1) A lower bound theta on the k-th best score: exact scores of the champions and the rarest postings.
-        sample, budget = [], SAMPLE_POSTINGS
-        for j in np.argsort(doc_freq, kind="stable").tolist():
-            t = term_ids.item(j)
-            if doc_freq[j] <= budget:
-                sample.append(self._postings(t)[0])
-                budget -= int(doc_freq[j])
-            elif doc_freq[j] <= CHAMPIONS_PER_TERM:
-                sample.append(self._postings(t)[0])
+        codes, entries, bounds = self._query_blocks(term_ids, weights)
+        candidates = np.flatnonzero(bounds > 0)  # (num candidate blocks,) int64
+        docs, scores = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
+        theta, size = 0.0, FIRST_BLOCKS
+        while len(candidates):
+            if len(candidates) > size:  # the round: the candidates with the highest bounds
+                in_round = np.argpartition(-bounds[candidates], size - 1)[:size]
             else:
-                sample.append(self._champion_doc[self._champion_start.item(t):self._champion_start.item(t + 1)])
-        sample_docs = _union(sample)
-        theta = _kth_largest(self._exact_scores(term_ids, weights, sample_docs), k)
-
-        # (2) Essential terms: those whose bounds, added from the lowest, reach theta.
-        bounds = weights - weights / self._max_denominator[term_ids]  # (Q,) float32, each term's highest score
-        by_bound = np.argsort(bounds, kind="stable")  # ascending
-        bound_sums = np.cumsum(bounds[by_bound].astype(np.float64))  # (Q,) bound of the first j + 1 terms
-        num_optional = min(int(np.searchsorted(bound_sums, theta * _MARGIN, side="left")), len(term_ids) - 1)
-
-        # (3) Candidates: every document of an essential term, with its essential terms' scores.
-        essential = by_bound[num_optional:].tolist()
-        if len(essential) == 1:
-            docs, denominators = self._postings(term_ids.item(essential[0]))
-            weight = weights[essential[0]]
-            partial = (weight - weight / denominators).astype(np.float64)
-        else:
-            sums, seen = self._buffers()
-            lists = []
-            for j in essential:
-                post_docs, denominators = self._postings(term_ids.item(j))
-                sums[post_docs] += weights[j] - weights[j] / denominators
-                seen[post_docs] = True
-                lists.append(post_docs)
-            if sum(len(p) for p in lists) * 16 < self.doc_count:
-                docs = _union(lists)
-            else:
-                docs = np.flatnonzero(seen).astype(np.int32)
-            partial = sums[docs]
-            sums[docs] = 0.0
-            seen[docs] = False
-
-        # (4) Non-essential terms, highest bound first, for the candidates that can still reach theta.
-        for i in range(num_optional - 1, -1, -1):
-            theta = max(theta, _kth_largest(partial, k))
-            keep = partial + bound_sums[i] >= theta * _MARGIN  # bound_sums[i]: terms i, i - 1, ..., 0 to come
-            docs, partial = docs[keep], partial[keep]
-            j = by_bound.item(i)
-            partial = partial + self._contributions(term_ids.item(j), weights[j], docs)
-
-        # (5) The documents that can reach the k-th best full score, scored again as the reference scores them.
-        near = partial >= _kth_largest(partial, k) * _MARGIN
-        docs = docs[near]
-        return self._select(docs, self._exact_scores(term_ids, weights, docs), k)
+                in_round = np.arange(len(candidates))
+            new_docs, new_scores = self._score_blocks(weights, codes, entries, np.sort(candidates[in_round]))
+            docs, scores = np.concatenate((docs, new_docs)), np.concatenate((scores, new_scores))
+            theta = _kth_largest(scores, k)  # a lower bound of the answer's k-th best score
+            keep = scores >= theta  # ties at theta stay for the id sort
+            docs, scores = docs[keep], scores[keep]
+            candidates = np.delete(candidates, in_round)
+            candidates = candidates[bounds[candidates] >= theta * _MARGIN]  # the blocks that can still reach theta
+            size *= 2
+        return self._select(docs, scores, k)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(doc_count={self.doc_count}, vocabulary_size={self.vocabulary_size}, "
