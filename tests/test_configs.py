@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 
+from apo_lightning.lit import cli as cli_module
 from apo_lightning.lit.cli import APOLightningCLI, build_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,7 +22,8 @@ CONFIGS = REPO / "configs"
 #: the model configs, each meant to be composed with one of the machine overlays
 MODEL_CONFIGS = ["smollm2.yaml", "sft_smollm2.yaml", "qwen2.5_0.5b.yaml"]
 MACHINES = {
-    "cpu.yaml": {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "precision": "32-true", "num_threads": 1},
+    "cpu.yaml": {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "precision": "32-true", "num_threads": 1,
+                 "low_cpu_memory": True},
     "gpu.yaml": {"accelerator": "gpu", "devices": "auto", "strategy": "ddp", "precision": "bf16-mixed"},
 }
 #: the Trainer settings that say where a run goes, which only a machine overlay may set
@@ -34,7 +36,7 @@ def load(path: Path) -> dict:
     return yaml.safe_load(path.read_text()) or {}
 
 
-def compose(monkeypatch, *names: str) -> SimpleNamespace:
+def compose(monkeypatch, *names: str, extra: tuple[str, ...] = ()) -> SimpleNamespace:
     """Parse ``configs/<name>`` files in order with the project's CLI and build the model and data module, but not
     the Trainer: returns the parsed config and the keyword arguments the Trainer would get."""
     trainer_kwargs = {}
@@ -45,9 +47,12 @@ def compose(monkeypatch, *names: str) -> SimpleNamespace:
 
     monkeypatch.setattr(APOLightningCLI, "_instantiate_trainer", stand_in_trainer)
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the test process keeps its threads
+    mapped = []  # the test process keeps glibc's allocator settings
+    monkeypatch.setattr(cli_module, "map_large_allocations", lambda: mapped.append(True))
     args = [a for name in names for a in ("--config", str(CONFIGS / name))]
-    cli = build_cli([*args, "--trainer.logger=false"], run=False)
-    return SimpleNamespace(config=cli.config, trainer=trainer_kwargs, model=cli.model, data=cli.datamodule)
+    cli = build_cli([*args, "--trainer.logger=false", *extra], run=False)
+    return SimpleNamespace(config=cli.config, trainer=trainer_kwargs, model=cli.model, data=cli.datamodule,
+                           mapped_large_allocations=bool(mapped))
 
 
 @pytest.mark.parametrize("machine", sorted(MACHINES))
@@ -55,7 +60,9 @@ def compose(monkeypatch, *names: str) -> SimpleNamespace:
 def test_every_model_config_composes_with_every_machine_overlay(monkeypatch, model_config, machine):
     composed = compose(monkeypatch, model_config, f"machine/{machine}")
     for key, value in MACHINES[machine].items():
-        assert (composed.config.num_threads if key == "num_threads" else composed.trainer[key]) == value, key
+        top_level = key in ("num_threads", "low_cpu_memory")
+        assert (composed.config[key] if top_level else composed.trainer[key]) == value, key
+    assert composed.mapped_large_allocations == MACHINES[machine].get("low_cpu_memory", False)
     overlay = load(CONFIGS / "machine" / machine)
     assert composed.data.eval_batch_size == overlay["data"]["init_args"]["eval_batch_size"]
     recipe = load(CONFIGS / model_config)
@@ -64,10 +71,18 @@ def test_every_model_config_composes_with_every_machine_overlay(monkeypatch, mod
     assert composed.model.hparams.model_name_or_path == recipe["model"]["init_args"]["model_name_or_path"]
 
 
+@pytest.mark.parametrize("setting", [None, "true", "false"])
+def test_low_cpu_memory_maps_large_allocations_only_when_set(monkeypatch, setting):
+    extra = () if setting is None else (f"--low_cpu_memory={setting}",)
+    composed = compose(monkeypatch, "smollm2.yaml", "machine/gpu.yaml", extra=extra)
+    assert composed.mapped_large_allocations == (setting == "true") == composed.config.low_cpu_memory
+
+
 def test_the_cpu_overlay_is_two_float32_processes_with_one_thread_each():
     overlay = load(CONFIGS / "machine" / "cpu.yaml")
     assert overlay["trainer"] == {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "precision": "32-true"}
     assert overlay["num_threads"] == 1
+    assert overlay["low_cpu_memory"] is True  # two SmolLM2 processes in 24 GB need it
 
 
 def test_the_gpu_overlay_trains_in_bf16_mixed_precision():
@@ -80,7 +95,7 @@ def test_the_gpu_overlay_trains_in_bf16_mixed_precision():
 def test_a_machine_overlay_sets_only_machine_settings(machine):
     """No recipe in an overlay, and no class: it goes on top of any model config (RL or SFT)."""
     overlay = load(CONFIGS / "machine" / machine)
-    assert set(overlay) <= {"trainer", "num_threads", "data"}
+    assert set(overlay) <= {"trainer", "num_threads", "low_cpu_memory", "data"}
     assert set(overlay.get("trainer", {})) <= MACHINE_TRAINER_KEYS
     assert set(overlay.get("data", {})) <= {"init_args"}
     assert set(overlay.get("data", {}).get("init_args", {})) <= MACHINE_DATA_KEYS
@@ -89,7 +104,7 @@ def test_a_machine_overlay_sets_only_machine_settings(machine):
 @pytest.mark.parametrize("model_config", MODEL_CONFIGS)
 def test_a_model_config_sets_no_machine_settings(model_config):
     recipe = load(CONFIGS / model_config)
-    assert "num_threads" not in recipe
+    assert "num_threads" not in recipe and "low_cpu_memory" not in recipe
     assert not MACHINE_TRAINER_KEYS & set(recipe.get("trainer", {}))
     assert not MACHINE_DATA_KEYS & set(recipe["data"]["init_args"])
 
