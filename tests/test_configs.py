@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from apo_lightning.lit import cli as cli_module
+from apo_lightning.lit.callbacks import LowCPUMemory
 from apo_lightning.lit.cli import APOLightningCLI, build_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,16 +43,15 @@ def compose(monkeypatch, *names: str, extra: tuple[str, ...] = ()) -> SimpleName
 
     def stand_in_trainer(cli, config, callbacks):
         trainer_kwargs.update(config)
-        return SimpleNamespace(precision=config["precision"], accelerator=config["accelerator"])
+        return SimpleNamespace(precision=config["precision"], accelerator=config["accelerator"],
+                               callbacks=list(callbacks))
 
     monkeypatch.setattr(APOLightningCLI, "_instantiate_trainer", stand_in_trainer)
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the test process keeps its threads
-    mapped = []  # the test process keeps glibc's allocator settings
-    monkeypatch.setattr(cli_module, "map_large_allocations", lambda: mapped.append(True))
     args = [a for name in names for a in ("--config", str(CONFIGS / name))]
     cli = build_cli([*args, "--trainer.logger=false", *extra], run=False)
     return SimpleNamespace(config=cli.config, trainer=trainer_kwargs, model=cli.model, data=cli.datamodule,
-                           mapped_large_allocations=bool(mapped))
+                           callbacks=cli.trainer.callbacks)
 
 
 @pytest.mark.parametrize("machine", sorted(MACHINES))
@@ -62,7 +61,7 @@ def test_every_model_config_composes_with_every_machine_overlay(monkeypatch, mod
     for key, value in MACHINES[machine].items():
         top_level = key in ("num_threads", "low_cpu_memory")
         assert (composed.config[key] if top_level else composed.trainer[key]) == value, key
-    assert composed.mapped_large_allocations == MACHINES[machine].get("low_cpu_memory", False)
+    assert not any(isinstance(c, LowCPUMemory) for c in composed.callbacks)
     overlay = load(CONFIGS / "machine" / machine)
     assert composed.data.eval_batch_size == overlay["data"]["init_args"]["eval_batch_size"]
     recipe = load(CONFIGS / model_config)
@@ -72,10 +71,11 @@ def test_every_model_config_composes_with_every_machine_overlay(monkeypatch, mod
 
 
 @pytest.mark.parametrize("setting", [None, "true", "false"])
-def test_low_cpu_memory_maps_large_allocations_only_when_set(monkeypatch, setting):
+def test_low_cpu_memory_adds_its_callback_only_when_set(monkeypatch, setting):
     extra = () if setting is None else (f"--low_cpu_memory={setting}",)
-    composed = compose(monkeypatch, "smollm2.yaml", "machine/gpu.yaml", extra=extra)
-    assert composed.mapped_large_allocations == (setting == "true") == composed.config.low_cpu_memory
+    composed = compose(monkeypatch, "smollm2.yaml", "machine/cpu.yaml", extra=extra)
+    added = [c for c in composed.callbacks if isinstance(c, LowCPUMemory)]
+    assert len(added) == (setting == "true") == composed.config.low_cpu_memory
 
 
 def test_the_cpu_overlay_is_two_float32_processes_with_one_thread_each():

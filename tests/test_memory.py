@@ -8,7 +8,9 @@ import sys
 import pytest
 import torch
 
-from apo_lightning.utils.memory import map_large_allocations, release_free_memory
+from apo_lightning.lit import callbacks
+from apo_lightning.utils.memory import (DEFAULT_MMAP_THRESHOLD, MAX_MMAP_THRESHOLD, map_large_allocations,
+                                        release_free_memory)
 
 
 def resident_bytes() -> int:
@@ -60,6 +62,16 @@ def test_large_blocks_freed_between_live_tensors_leave_the_process_once_mapped()
 
     assert freed_mb("default") < 100  # glibc's heap kept the 400 MB
     assert freed_mb("mapped") > 350
+
+
+def test_low_cpu_memory_maps_large_blocks_during_training_steps_only(monkeypatch):
+    thresholds = []
+    monkeypatch.setattr(callbacks, "map_large_allocations", thresholds.append)
+    callback = callbacks.LowCPUMemory()
+    callback.on_train_batch_start(None, None, {}, 0)
+    assert thresholds == [DEFAULT_MMAP_THRESHOLD]
+    callback.on_train_batch_end(None, None, None, {}, 0)
+    assert thresholds == [DEFAULT_MMAP_THRESHOLD, MAX_MMAP_THRESHOLD]
 
 
 def test_map_large_allocations_refuses_a_threshold_glibc_would_not_take():

@@ -1,5 +1,5 @@
-"""Callbacks: export the trained policy (a model directory or an adapter folder), and a per-rank audit used by the
-DDP tests."""
+"""Callbacks: export the trained policy (a model directory or an adapter folder), lower CPU memory in training steps
+(``--low_cpu_memory``), and a per-rank audit used by the DDP tests."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from ..models.loading import export_policy
 from ..utils.hashing import hash_parameters
+from ..utils.memory import DEFAULT_MMAP_THRESHOLD, MAX_MMAP_THRESHOLD, map_large_allocations
 
 
 class ExportPolicy(Callback):
@@ -34,6 +35,20 @@ class ExportPolicy(Callback):
             if self.out_dir is None:
                 raise ValueError("ExportPolicy needs out_dir (or a run_name to derive it from)")
             export_policy(pl_module.policy, pl_module.tokenizer, self.out_dir, self.dtype)
+
+
+class LowCPUMemory(Callback):
+    """During each training step (forward, backward, optimizer step) every CPU block of 128 KiB or more gets its own
+    memory mapping, returned to the system when freed; outside them (rollouts, validation) blocks under 32 MiB come
+    from the heap again, as glibc's own rule ends up doing, so rollouts do not pay a page fault per new block
+    (``utils.memory``, whose docstring says why a training step needs it). The CLI adds it with ``--low_cpu_memory``.
+    """
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int) -> None:
+        map_large_allocations(DEFAULT_MMAP_THRESHOLD)
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
+        map_large_allocations(MAX_MMAP_THRESHOLD)
 
 
 class RankAudit(Callback):

@@ -41,7 +41,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from transformers.utils import logging as transformers_logging
 
 from ..apo.objectives import Objective
-from ..utils.memory import map_large_allocations
+from .callbacks import LowCPUMemory
 from .manifest import write_manifest
 from .settings import SettingError, check_policy
 
@@ -91,8 +91,8 @@ class APOLightningCLI(LightningCLI):
         parser.add_argument("--num_threads", type=int, default=int(os.environ.get("APO_NUM_THREADS", "1")),
                             help="torch intra-op threads per process")
         parser.add_argument("--low_cpu_memory", type=bool, default=False,
-                            help="give every large CPU tensor its own memory mapping, returned to the system when "
-                                 "freed (glibc): a lower peak of CPU memory in training steps, for some time")
+                            help="in training steps, give every large CPU tensor its own memory mapping, returned to "
+                                 "the system when freed (glibc; lit.callbacks.LowCPUMemory): a lower peak, slower steps")
         parser.add_argument("--run_name", type=str | None, default=None,
                             help="names the run's TensorBoard run, checkpoints/<run>, results/<run> and "
                                  "data/models/<run> wherever the config leaves them unset")
@@ -132,13 +132,11 @@ class APOLightningCLI(LightningCLI):
         self.config = parser.parse_args(argv)
 
     def before_instantiate_classes(self) -> None:
-        """Set the threads and the CPU memory mapping, name the outputs, resolve ``--ckpt_path best``, and refuse
-        (``SettingError``) a ``fit`` that would overwrite a run's checkpoints and, for a subcommand, a policy path
-        that does not exist (``settings.check_policy``, before any process is launched)."""
+        """Set the threads, name the outputs, resolve ``--ckpt_path best``, and refuse (``SettingError``) a ``fit``
+        that would overwrite a run's checkpoints and, for a subcommand, a policy path that does not exist
+        (``settings.check_policy``, before any process is launched)."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         torch.set_num_threads(config.num_threads)
-        if config.low_cpu_memory:
-            map_large_allocations()
         if config.run_name:
             name_outputs(config, config.run_name)
         with setting_errors(config):
@@ -151,10 +149,14 @@ class APOLightningCLI(LightningCLI):
                 refuse_to_overwrite(config)
 
     def instantiate_classes(self) -> None:
-        """Instantiate as LightningCLI does (a setting a class refuses: ``SettingError``), then warn about a bfloat16
-        precision on a CPU that emulates it, with the accelerator as the Trainer resolved it (``auto`` included)."""
-        with setting_errors(self.config[self.subcommand] if self.subcommand else self.config):
+        """Instantiate as LightningCLI does (a setting a class refuses: ``SettingError``), add ``LowCPUMemory`` to the
+        Trainer's callbacks with ``--low_cpu_memory``, then warn about a bfloat16 precision on a CPU that emulates it,
+        with the accelerator as the Trainer resolved it (``auto`` included)."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        with setting_errors(config):
             super().instantiate_classes()
+        if config.low_cpu_memory:
+            self.trainer.callbacks.append(LowCPUMemory())
         slow_bf16 = bf16_on_cpu_warning(self.trainer.precision, isinstance(self.trainer.accelerator, CPUAccelerator))
         if slow_bf16:
             logging.getLogger(__name__).warning(slow_bf16)

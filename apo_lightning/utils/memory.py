@@ -14,7 +14,9 @@ freed, but each such free raises the threshold to the block's size (up to 32 MiB
 that size are cut from the heap, and the saved tensors between them keep the freed space from being returned or
 merged. :func:`map_large_allocations` fixes the threshold, which turns the dynamic rule off (glibc ``mallopt(3)``):
 every large block is mapped and unmapped on its own, which costs page faults on each new block and so time, for a
-peak close to the live tensors (the CLI's ``--low_cpu_memory``; measured in docs/experiments.md).
+peak close to the live tensors. Rollouts pay the same page faults for their per-token blocks without needing the
+memory, so ``lit.callbacks.LowCPUMemory`` (the CLI's ``--low_cpu_memory``) maps large blocks during training steps
+only (measured in docs/experiments.md).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import sys
 _M_MMAP_THRESHOLD = -3
 #: glibc's default initial mmap threshold, 128 KiB: blocks this large or larger get their own mapping.
 DEFAULT_MMAP_THRESHOLD = 128 * 1024
+#: The largest threshold glibc takes on 64-bit systems (``DEFAULT_MMAP_THRESHOLD_MAX``), where its dynamic rule stops.
+MAX_MMAP_THRESHOLD = 32 * 1024 * 1024
 
 
 @functools.cache
@@ -68,7 +72,7 @@ def map_large_allocations(threshold: int = DEFAULT_MMAP_THRESHOLD) -> bool:
     Raises:
         ValueError: ``threshold`` is not between 0 and 32 MiB.
     """
-    if not 0 <= threshold <= 32 * 1024 * 1024:
+    if not 0 <= threshold <= MAX_MMAP_THRESHOLD:
         raise ValueError(f"threshold must lie between 0 and 32 MiB (33554432 bytes), got {threshold}")
     mallopt = _glibc("mallopt")
     return bool(mallopt(_M_MMAP_THRESHOLD, threshold)) if mallopt is not None else False
