@@ -447,12 +447,14 @@ class SearchIndexBuilder:
         doc_freq = np.bincount(posting_term, minlength=len(terms))  # (V,)
 
         # Documents renumbered in cluster order (CLUSTER_KEY_TERMS); postings then sorted by (term, document).
-        cluster_order = _cluster_order(posting_term, codes & 0xFFFFFFFF, doc_freq, len(doc_ids))  # (N,) old index
+        added_doc = codes & 0xFFFFFFFF  # (P,) each pair's document in the order documents were added
+        del codes
+        cluster_order = _cluster_order(posting_term, added_doc, doc_freq, len(doc_ids))  # (N,) old index
         new_index = np.empty(len(doc_ids), dtype=np.int64)
         new_index[cluster_order] = np.arange(len(doc_ids))
         doc_ids, lengths = doc_ids[cluster_order], lengths[cluster_order]
-        codes = (posting_term << 32) | new_index[codes & 0xFFFFFFFF]
-        del posting_term, new_index, cluster_order
+        codes = (posting_term << 32) | new_index[added_doc]
+        del posting_term, added_doc, new_index, cluster_order
         order = np.argsort(codes, kind="stable")
         codes, term_freq = codes[order], term_freq[order]
         del order
@@ -530,8 +532,8 @@ class SearchEngine:
     An index is built in memory (the constructor, :meth:`from_contents`, or :class:`SearchIndexBuilder` for one
     document at a time), written with :meth:`save` and opened memory-mapped with :meth:`load`, so an index larger
     than memory costs only the pages that queries read. Document indexes are internal (cluster order); results and
-    :meth:`doc_id` give ASINs. Thread-safe for queries: each thread gets its own scratch arrays (two of N entries,
-    9 bytes per document, made on its first query that needs them).
+    :meth:`doc_id` give ASINs. Thread-safe for queries: each thread gets its own scratch array (N entries, 8 bytes
+    per document, made on its first query that needs it).
 
     Attributes:
         doc_count: number of documents, N.
@@ -570,6 +572,7 @@ class SearchEngine:
         engine.folder = folder
         engine._docs_with_terms = docs_with_terms
         engine._block_size = block_size
+        engine._num_blocks = -(-engine.doc_count // block_size)
         engine._vocabulary = _Vocabulary(engine._term_bytes, engine._term_offsets)
         engine._term_id = lru_cache(maxsize=1 << 16)(engine._vocabulary.get)  # queries repeat their words
         engine._scratch = threading.local()
@@ -629,7 +632,7 @@ class SearchEngine:
             version = meta.get("format_version")
         except (ValueError, AttributeError) as e:
             raise ValueError(f"{meta_path}: not a JSON object of index settings ({e})") from e
-        block_size = meta.get("block_size") if isinstance(meta, dict) else None
+        block_size = meta.get("block_size")
         if version != INDEX_FORMAT_VERSION or not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"{meta_path}: index format_version {version!r} (block_size {block_size!r}); this code "
                              f"reads version {INDEX_FORMAT_VERSION} with a positive block_size: rebuild the index")
@@ -772,20 +775,19 @@ class SearchEngine:
         lo, hi = self._posting_start.item(t), self._posting_start.item(t + 1)
         return self._posting_doc[lo:hi], self._posting_denominator[lo:hi]
 
-    def _buffers(self) -> tuple[np.ndarray, np.ndarray]:
-        """This thread's scratch arrays: (N,) float64 of zeros and (N,) bool of False (restored after each use)."""
+    def _sums(self) -> np.ndarray:
+        """This thread's scratch array: (N,) float64 of zeros (restored after each use)."""
         scratch = self._scratch
         if getattr(scratch, "sums", None) is None:
             scratch.sums = np.zeros(self.doc_count, dtype=np.float64)
-            scratch.seen = np.zeros(self.doc_count, dtype=bool)
-        return scratch.sums, scratch.seen
+        return scratch.sums
 
     def _contributions(self, t: int, weight: np.float32, docs: np.ndarray) -> np.ndarray:
         """Term ``t``'s float32 score in each of ``docs`` (int32, ascending, distinct), 0 where it is absent, as
         (len(docs),) float64. Binary search into the postings, or a scatter and gather when ``docs`` is long."""
         post_docs, denominators = self._postings(t)
         if len(post_docs) < len(docs) * math.log2(len(post_docs) + 1) / 2:
-            sums, _ = self._buffers()
+            sums = self._sums()
             sums[post_docs] = weight - weight / denominators
             out = sums[docs]
             sums[post_docs] = 0.0
@@ -815,15 +817,14 @@ class SearchEngine:
             sum in double of each query term's highest float32 score in the block (0 where no term occurs). No
             document of a block scores above its bound (to rounding).
         """
-        num_blocks = -(-self.doc_count // self._block_size)
         lo, hi = self._block_start[term_ids], self._block_start[term_ids + 1]  # (Q,)
         counts = hi - lo
         entries = _ranges(lo, counts)  # (E_q,)
         blocks = self._block_id[entries].astype(np.int64)
         term_weights = np.repeat(weights, counts)  # (E_q,) float32
         term_bounds = term_weights - term_weights / self._block_max_denominator[entries]  # float32, one rounding per op
-        bounds = np.bincount(blocks, weights=term_bounds.astype(np.float64), minlength=num_blocks)
-        codes = np.repeat(np.arange(len(term_ids), dtype=np.int64) * num_blocks, counts) + blocks
+        bounds = np.bincount(blocks, weights=term_bounds.astype(np.float64), minlength=self._num_blocks)
+        codes = np.repeat(np.arange(len(term_ids), dtype=np.int64) * self._num_blocks, counts) + blocks
         return codes, entries, bounds
 
     def _score_blocks(self, weights: np.ndarray, codes: np.ndarray, entries: np.ndarray,
@@ -831,8 +832,9 @@ class SearchEngine:
         """The documents of ``blocks`` (ascending) that match a query term, and their float32 scores computed as
         :meth:`scores` computes them (each document's clause scores added in double in query-term order).
         ``codes`` and ``entries`` are :meth:`_query_blocks`'."""
-        size, num_blocks = self._block_size, -(-self.doc_count // self._block_size)
-        wanted = (np.arange(len(weights), dtype=np.int64)[:, None] * num_blocks + blocks[None, :]).ravel()  # (Q * m,)
+        size = self._block_size
+        term_codes = np.arange(len(weights), dtype=np.int64)[:, None] * self._num_blocks  # (Q, 1)
+        wanted = (term_codes + blocks[None, :]).ravel()  # (Q * m,)
         at = np.minimum(np.searchsorted(codes, wanted), len(codes) - 1)
         found = np.flatnonzero(codes[at] == wanted)  # term-major: term j's entries come before term j + 1's
         entry = entries[at[found]]
@@ -841,7 +843,8 @@ class SearchEngine:
         postings = _ranges(lo, counts)  # (n,) term by term, block by block
         term_weights = np.repeat(weights[found // len(blocks)], counts)  # (n,) float32
         term_scores = term_weights - term_weights / self._posting_denominator[postings]  # float32, one rounding per op
-        slot_base = np.repeat((found % len(blocks)) * size - blocks[found % len(blocks)] * size, counts)
+        block_at = found % len(blocks)  # each found entry's place in ``blocks``
+        slot_base = np.repeat((block_at - blocks[block_at]) * size, counts)
         slots = self._posting_doc[postings] + slot_base  # (n,) document j of the i-th block: i * size + j
         # bincount adds in input order, so each document's clauses in query-term order, as the reference does
         scores = np.bincount(slots, weights=term_scores.astype(np.float64), minlength=len(blocks) * size)
