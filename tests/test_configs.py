@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from apo_lightning.lit.callbacks import LowCPUMemory
-from apo_lightning.lit.cli import APOLightningCLI, build_cli
+from apo_lightning.lit.cli import APOLightningCLI, build_cli, native_bf16_on_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -22,8 +22,9 @@ CONFIGS = REPO / "configs"
 #: the model configs, each meant to be composed with one of the machine overlays
 MODEL_CONFIGS = ["smollm2.yaml", "sft_smollm2.yaml", "qwen2.5_0.5b.yaml"]
 MACHINES = {
-    "cpu.yaml": {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "precision": "32-true", "num_threads": 1,
-                 "low_cpu_memory": False},
+    # precision auto: what this CPU trains in (lit.cli.auto_precision)
+    "cpu.yaml": {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "num_threads": 1, "low_cpu_memory": False,
+                 "precision": "bf16-mixed" if native_bf16_on_cpu() else "32-true"},
     "gpu.yaml": {"accelerator": "gpu", "devices": "auto", "strategy": "ddp", "precision": "bf16-mixed"},
 }
 #: the Trainer settings that say where a run goes, which only a machine overlay may set
@@ -78,9 +79,9 @@ def test_low_cpu_memory_adds_its_callback_only_when_set(monkeypatch, setting):
     assert len(added) == (setting == "true") == composed.config.low_cpu_memory
 
 
-def test_the_cpu_overlay_is_two_float32_processes_with_one_thread_each():
+def test_the_cpu_overlay_is_two_processes_with_one_thread_each_at_precision_auto():
     overlay = load(CONFIGS / "machine" / "cpu.yaml")
-    assert overlay["trainer"] == {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "precision": "32-true"}
+    assert overlay["trainer"] == {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "precision": "auto"}
     assert overlay["num_threads"] == 1
 
 

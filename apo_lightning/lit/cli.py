@@ -18,6 +18,10 @@ only under ``data/models/``). A ``fit`` whose checkpoint folder already holds ch
 ``--ckpt_path last`` or start afresh under another ``--run_name``. Each run prints the folders it writes and leaves
 ``manifest.json`` (commit, packages, CPU, command line; ``lit.manifest``) beside its ``config.yaml``; the model summary
 is off unless ``--trainer.enable_model_summary true``.
+
+``trainer.precision`` also takes ``auto`` (:func:`auto_precision`: bf16-mixed on a GPU or on a CPU with bfloat16
+instructions, else 32-true). It is resolved before the Trainer is built and printed as one line; the run's
+``config.yaml`` records the resolved value, so that ``--config`` of it repeats the precision the run had on any machine.
 """
 
 from __future__ import annotations
@@ -31,16 +35,19 @@ import shutil
 import sys
 import warnings
 from pathlib import Path
+from typing import Literal, get_type_hints
 
 import torch
 import yaml
 from jsonargparse import ArgumentParser, Namespace
+from lightning.pytorch import Trainer
 from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from transformers.utils import logging as transformers_logging
 
 from ..apo.objectives import Objective
+from ..rollout.vllm_backend import VLLMSettings, check_model
 from .callbacks import LowCPUMemory
 from .manifest import write_manifest
 from .settings import SettingError, check_policy
@@ -132,17 +139,23 @@ class APOLightningCLI(LightningCLI):
         self.config = parser.parse_args(argv)
 
     def before_instantiate_classes(self) -> None:
-        """Set the threads, name the outputs, resolve ``--ckpt_path best``, and refuse (``SettingError``) a ``fit``
-        that would overwrite a run's checkpoints and, for a subcommand, a policy path that does not exist
-        (``settings.check_policy``, before any process is launched)."""
+        """Set the threads, name the outputs, resolve ``trainer.precision: auto`` (:func:`auto_precision`, one line on
+        rank 0) and ``--ckpt_path best``, and refuse (``SettingError``) a ``fit`` that would overwrite a run's
+        checkpoints and, for a subcommand, a policy path that does not exist (``settings.check_policy``, before any
+        process is launched)."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         torch.set_num_threads(config.num_threads)
         if config.run_name:
             name_outputs(config, config.run_name)
         with setting_errors(config):
+            if config.trainer.get("precision") == "auto":  # before SaveConfigAndManifest dumps this config
+                config.trainer.precision, why = auto_precision(config.trainer.get("accelerator"))
+                rank_zero_info(f"trainer.precision auto -> {config.trainer.precision} ({why})")
             data = config.data.init_args if config.get("data") else Namespace()
             if self.subcommand and data.get("model_name_or_path"):  # parse-only use checks it in prepare_data
                 check_policy(data.model_name_or_path, data.get("tiny"))
+            if self.subcommand and data.get("rollout") and data.rollout.get("backend") == "vllm":
+                check_vllm(config)
             if self.subcommand in ("validate", "test") and config.get("ckpt_path") == "best":
                 config.ckpt_path = best_checkpoint(config)
             if self.subcommand == "fit" and config.get("ckpt_path") is None:
@@ -223,6 +236,31 @@ def native_bf16_on_cpu() -> bool:
     return any(check() for check in checks if check is not None)  # private helpers of torch.cpu (2.13); absent: no
 
 
+def auto_precision(accelerator) -> tuple[str, str]:
+    """The precision ``trainer.precision: auto`` stands for on ``accelerator``, and why (for the line printed).
+
+    A GPU trains in ``bf16-mixed``; a CPU too when it has bfloat16 instructions (:func:`native_bf16_on_cpu`), and
+    in ``32-true`` otherwise, since torch would emulate bfloat16 there (:func:`bf16_on_cpu_warning`).
+
+    Args:
+        accelerator: ``trainer.accelerator``: ``"cpu"``, ``"gpu"`` or ``"cuda"``, or ``"auto"`` (None too), which
+            is CUDA where ``torch.cuda.is_available()`` and the CPU elsewhere, as Lightning chooses.
+
+    Raises:
+        ValueError: any other accelerator (``mps``, ``tpu``, an accelerator class): its precision must be given.
+    """
+    if accelerator in (None, "auto"):
+        accelerator = "cuda" if torch.cuda.is_available() else "cpu"
+    if accelerator in ("gpu", "cuda"):
+        return "bf16-mixed", "GPU"
+    if accelerator == "cpu":
+        if native_bf16_on_cpu():
+            return "bf16-mixed", "CPU with AMX/AVX512-BF16"
+        return "32-true", "CPU without AMX/AVX512-BF16: bfloat16 would be emulated"
+    raise ValueError(f"trainer.precision auto resolves for the accelerators cpu, gpu, cuda and auto, not "
+                     f"{accelerator!r}: give trainer.precision itself (32-true, bf16-mixed, ...)")
+
+
 def bf16_on_cpu_warning(precision: str, on_cpu: bool) -> str | None:
     """The warning for a bfloat16 ``trainer.precision`` that will run on a CPU without bfloat16 instructions, or
     None (float32, a GPU, or a CPU that has them).
@@ -299,6 +337,24 @@ def name_outputs(config, run_name: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ refused settings
+def check_vllm(config) -> None:
+    """Refuse a run whose policy the vLLM sampler cannot run (``rollout.vllm_backend.check_model``: no interpreter,
+    a head size vLLM's CPU attention lacks, a LoRA rank above ``max_lora_rank``, a context longer than
+    ``max_model_len``), before anything is built or written. A tiny policy not built yet is checked once built."""
+    data, model = config.data.init_args, config.model.init_args
+    rollout = data.rollout
+    settings = VLLMSettings(**dict(rollout.vllm.items())) if rollout.get("vllm") else VLLMSettings()
+    accelerator = config.trainer.get("accelerator") or "auto"
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    lora = model.get("lora")
+    rank = int(lora.get("rank", 0)) if lora else 0
+    budget = data.chat.get("context_budget", 0) if data.get("chat") else 0
+    tiny = data.get("tiny")
+    head_size = tiny.hidden_size // tiny.num_heads if tiny else None
+    check_model(data.model_name_or_path, rank, settings, on_cpu, context_budget=budget or 0, prefix="data.rollout.",
+                budget_setting="data.chat.context_budget", head_size=head_size)
+
+
 def qualified(message: str, config) -> str:
     """``message`` with ``model.`` or ``data.`` put before the setting it leads with, when that is a setting of the
     config's model or data class (a key relative to the class, as the classes word their errors); the model first,
@@ -551,9 +607,31 @@ def explain_parse_error(message: str, options=()) -> str:
     return f"{key}: {rest}" if key else rest
 
 
+#: what ``trainer.precision`` accepts here: the Trainer's own type (so ``32`` stays an int) and ``auto``
+#: (:func:`auto_precision`)
+PRECISION_SETTING = get_type_hints(Trainer.__init__)["precision"] | Literal["auto"]
+
+
 class APOArgumentParser(LightningArgumentParser):
     """Lightning's parser whose errors lead with the problem (:func:`explain_parse_error`) and a pointer to the
-    help, instead of 50 lines of usage first."""
+    help, instead of 50 lines of usage first, and whose ``trainer.precision`` also takes ``auto``."""
+
+    def add_class_arguments(self, class_type, nested_key=None, *args, skip=None, **kwargs) -> list[str]:
+        """jsonargparse's, except that a Trainer's ``precision`` is :data:`PRECISION_SETTING`, validated as such
+        from a config file, the command line and ``--print_config`` alike; ``before_instantiate_classes`` resolves
+        ``auto`` before the Trainer sees it."""
+        if not (isinstance(class_type, type) and issubclass(class_type, Trainer)):
+            return super().add_class_arguments(class_type, nested_key, *args, skip=skip, **kwargs)
+        added = super().add_class_arguments(class_type, nested_key, *args, skip={*(skip or ()), "precision"},
+                                            **kwargs)
+        key = f"{nested_key}.precision" if nested_key else "precision"
+        self.groups.get(nested_key, self).add_argument(  # the Trainer's group: its place in --help=full
+            f"--{key}", type=PRECISION_SETTING, default=None,
+            help="Double precision (64, '64' or '64-true'), full precision (32, '32' or '32-true'), 16bit mixed "
+                 "precision (16, '16', '16-mixed'), bfloat16 mixed precision ('bf16', 'bf16-mixed'), or 'auto': "
+                 "bf16-mixed on a GPU or on a CPU with AMX/AVX512-BF16, else 32-true (lit.cli.auto_precision). "
+                 "Default: '32-true'.")
+        return [*added, key]
 
     def error(self, message: str, ex: Exception | None = None):
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):

@@ -29,6 +29,7 @@ from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
 from ..rollout.collate import collate_trajectories
 from ..rollout.settings import RolloutSettings, check_settings
+from ..rollout.vllm_backend import VLLMBackend
 from ..utils.seeds import derive_seed
 from ..webshop.settings import EnvConfig
 from .settings import SettingError, WebShopDataModule, ensure_policy
@@ -115,6 +116,7 @@ class WebShopRLDataModule(WebShopDataModule):
         self.rollout = rollout
         self.vstar = vstar
         self.stage1 = Stage1(vstar, env, chat, rollout, seed)
+        self._vllm: VLLMBackend | None = None
         self.goal_pool: list[int] = []
         self.stream: StepStream | None = None
 
@@ -151,7 +153,7 @@ class WebShopRLDataModule(WebShopDataModule):
         if self.needs_v_star:
             if self.stage1.table is None:
                 root = self.trainer.strategy.root_device if self.trainer is not None else None
-                self.stage1.load(self.reference_model, pool, self.rank, self.world_size, root)
+                self.stage1.load(self.reference_model, pool, self.rank, self.world_size, root, backend=self.backend())
             pool = self.stage1.kept_goals(pool)
         if len(pool) < self.world_size:
             raise ValueError(f"{len(pool)} training goals cannot be shared by {self.world_size} processes")
@@ -172,8 +174,27 @@ class WebShopRLDataModule(WebShopDataModule):
 
     # ------------------------------------------------------------------------------------------------ stage 2
     def _policy(self):
-        """The LightningModule's current policy and tokenizer: all the data module asks of it."""
-        return self.trainer.lightning_module.rollout_policy()
+        """The LightningModule's current policy and tokenizer: all the data module asks of it. With the vLLM
+        backend, its server is synced to the policy first (the weight-sync hook: once per update)."""
+        model, tokenizer = self.trainer.lightning_module.rollout_policy()
+        if self.rollout.backend == "vllm":
+            self.backend().sync(model, self.trainer.global_step)
+        return model, tokenizer
+
+    def backend(self) -> VLLMBackend | None:
+        """This process's vLLM server (``rollout.backend: vllm``; started on its first request, stopped in
+        ``teardown``), or None for the "hf" backend."""
+        if self.rollout.backend != "vllm":
+            return None
+        if self._vllm is None:
+            device = self.trainer.strategy.root_device.type if self.trainer is not None else "cpu"
+            self._vllm = VLLMBackend(self.rollout.vllm, self.reference_model, self.rank, device)
+        return self._vllm
+
+    def teardown(self, stage: str | None = None) -> None:
+        if self._vllm is not None:
+            self._vllm.close()
+            self._vllm = None
 
     def _rollout_context(self):
         return self.trainer.precision_plugin.forward_context()
@@ -184,18 +205,20 @@ class WebShopRLDataModule(WebShopDataModule):
         (``rollout.collate.collate_trajectories``; rows in that order), with per row ``v_star`` (B,) float32 (0
         without ``needs_v_star``) and ``group`` (B,) int64 (the goal's position in the batch; each reused row its
         own), and ``trajectories`` (the fresh ones only, R ≤ B), ``rollout_seconds``, ``batch_number`` and
-        ``stage1`` (the sample statistics of a V* table made since the last batch, else None).
+        ``stage1`` (the sample statistics of a V* table made since the last batch, else None), ``sampled_by``
+        (``rollout.backend``).
 
         With ``vstar.refresh_every``, V* is re-estimated with the current policy first when this batch is due.
         """
         if self.stage1.refresh_due(batch_number):
             model, tokenizer = self._policy()
             with self._rollout_context():
-                self.stage1.refresh(model, tokenizer, self.goal_pool, batch_number, self.rank, self.world_size)
+                self.stage1.refresh(model, tokenizer, self.goal_pool, batch_number, self.rank, self.world_size,
+                                    backend=self.backend())
         goals = self.goals_for_batch(batch_number)
         goal_list = [g for g in goals for _ in range(self.rollouts_per_goal)]
         model, tokenizer = self._policy()
-        engine = self.rollout.engine(model, tokenizer, self.chat)
+        engine = self.rollout.engine(model, tokenizer, self.chat, backend=self.backend())
         start = time.perf_counter()
         with self._rollout_context():
             envs = self.env.training_envs(goal_list, seed=derive_seed(self.seed, "wording", self.rank, batch_number))
@@ -208,6 +231,7 @@ class WebShopRLDataModule(WebShopDataModule):
         batch["group"] = torch.cat([torch.arange(len(goals)).repeat_interleave(self.rollouts_per_goal),
                                     len(goals) + torch.arange(len(reused))])
         batch.update(trajectories=trajectories, rollout_seconds=time.perf_counter() - start,
+                     sampled_by=self.rollout.backend,
                      batch_number=batch_number, stage1=self.stage1.take_statistics())
         return batch
 
@@ -220,7 +244,7 @@ class WebShopRLDataModule(WebShopDataModule):
     def eval_batch(self, goals: list[int]) -> dict:
         """Greedy trajectories of the current policy on ``goals``: ``{"trajectories": [...]}``."""
         model, tokenizer = self._policy()
-        engine = self.rollout.engine(model, tokenizer, self.chat, greedy=True)
+        engine = self.rollout.engine(model, tokenizer, self.chat, greedy=True, backend=self.backend())
         with self._rollout_context():
             return {"trajectories": engine.rollout(self.env.envs(len(goals)), goals, seed=0)}
 

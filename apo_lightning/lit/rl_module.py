@@ -120,6 +120,7 @@ class WebShopRLModule(CheckedResume, LightningModule):
         self._reference_box: list = []  # a list, not an attribute: keeps π_ref out of parameters() and checkpoints
         self.skipped_nonfinite = 0
         self._last_step_start: float | None = None
+        self._logp_gap = 0.0  # of the last packed batch (packed_batch)
         self.val_success, self.val_score = MeanMetric(), MeanMetric()
         self.train_goal_success, self.train_goal_score = MeanMetric(), MeanMetric()  # data.train_eval_goals
         self.test_success, self.test_score = MeanMetric(), MeanMetric()
@@ -178,16 +179,26 @@ class WebShopRLModule(CheckedResume, LightningModule):
 
     # ------------------------------------------------------------------------------------------------ training
     def packed_batch(self, batch: dict) -> PackedBatch:
-        """Log π (with gradients), log π_ref and the sampling-time log π at the generated tokens, one row per
-        trajectory (the fresh ones, then any reused stage-1 samples), with the batch's rewards, V* and groups."""
+        """Log π (with gradients), log π_ref and the old log π at the generated tokens, one row per trajectory (the
+        fresh ones, then any reused stage-1 samples), with the batch's rewards, V* and groups.
+
+        The old log π is the sampler's own (recorded at rollout) with the "hf" backend, and the trainer's log π,
+        detached, when vLLM sampled (``batch["sampled_by"]``); either way the mean absolute gap between the
+        sampler's and the trainer's log π over the fresh trajectories' generated tokens is kept for
+        ``rollout/logp_gap``."""
         n = len(batch["reward"])
         tokens, attention, gen_mask = batch["input_ids"], batch["attention_mask"], batch["gen_mask"]
         logp, entropy = generated_logprobs(self.policy, tokens, attention, gen_mask, with_entropy=True)  # (S, T)
         ref_logp = self.reference_logprobs(tokens, attention, gen_mask)  # (S, T)
         packed_logp, mask = pack_generated(logp, gen_mask, batch["traj_index"], n)  # (B, G)
         packed_ref, _ = pack_generated(ref_logp, gen_mask, batch["traj_index"], n)
-        packed_old, _ = pack_generated(batch["old_logp"], gen_mask, batch["traj_index"], n)
+        packed_sampled, _ = pack_generated(batch["old_logp"], gen_mask, batch["traj_index"], n)
         packed_entropy, _ = pack_generated(entropy, gen_mask, batch["traj_index"], n)
+        fresh = len(batch["trajectories"])
+        gap = (packed_sampled[:fresh] - packed_logp[:fresh].detach()).abs()
+        self._logp_gap = float((gap * mask[:fresh]).sum() / mask[:fresh].sum().clamp(min=1))
+        # vLLM samples in its own numerics: the objectives' old log π (GRPO's ratio) is the trainer's, as in verl
+        packed_old = packed_logp.detach() if batch.get("sampled_by") == "vllm" else packed_sampled
         return PackedBatch(packed_logp, packed_ref, packed_old, mask, batch["reward"], batch["v_star"],
                            batch["group"], packed_entropy)
 
@@ -233,6 +244,7 @@ class WebShopRLModule(CheckedResume, LightningModule):
                 self.log(f"rollout/{name}", value, batch_size=n, sync_dist=True, prog_bar=name == "success_rate")
         self.log("rollout/trajectories_per_s", n / max(batch["rollout_seconds"], 1e-9), batch_size=n,
                  sync_dist=True, reduce_fx="sum")
+        self.log("rollout/logp_gap", self._logp_gap, batch_size=n, sync_dist=True)
         if batch.get("stage1") and self.logger is not None and self.trainer.is_global_zero:
             self.logger.log_metrics({f"stage1/{k}": v for k, v in batch["stage1"].items()}, step=self.global_step)
         if self.hparams.text_every and self.global_step % self.hparams.text_every == 0:

@@ -123,7 +123,8 @@ class Stage1:
         """Everything the stage-1 rewards of ``goals`` depend on (the cache key's parts).
 
         β1 is not a part: the cache stores the N rewards per goal, and V* is recomputed from them for the β1 a run
-        asks for. ``valid_clicks`` is a part only when on, the env's wording settings only when not "original", and
+        asks for. The sampler is a part when it is vLLM (its backend and dtype; the "hf" decoder samples stage 1 in
+        float32). ``valid_clicks`` is a part only when on, the env's wording settings only when not "original", and
         ``vary_wording`` with ``original_share`` only when on (``EnvConfig.key_parts``; the draws derive from the
         run seed, a part), so tables cached before they existed keep their keys.
         """
@@ -137,23 +138,25 @@ class Stage1:
             "temperature": self.settings.temperature,
             "max_new_tokens": self.rollout.max_new_tokens,
             **({"valid_clicks": True} if self.rollout.valid_clicks else {}),
+            **({"backend": "vllm", "dtype": self.rollout.vllm.dtype} if self.rollout.backend == "vllm" else {}),
             "seed": self.seed,
             "version": 2,
         }
 
     def sample_rewards(self, model, tokenizer, goals: list[int], purpose: str, rank: int = 0, world_size: int = 1,
-                       keep: dict[str, list[dict]] | None = None) -> dict[str, list[float]]:
+                       keep: dict[str, list[dict]] | None = None, backend=None) -> dict[str, list[float]]:
         """N sampled trajectory rewards per goal under ``model`` (π_ref, or the current policy on a refresh).
 
         Rank ``rank`` samples every ``world_size``-th goal with a seed derived from the run seed, ``purpose`` and
         its rank; the parts are gathered, so every rank returns all goals. With ``keep``, the trajectories are
         gathered into it too, goal id -> the N records of ``rollout.trajectory.regression_record``. With the env's
         ``vary_wording`` every sample shows its own drawn instruction, seeded by (run seed, ``purpose``, rank).
+        With ``rollout.backend`` "vllm", ``backend`` (this process's server, holding ``model``'s weights) samples.
         """
         share = goals[rank::world_size]
         # π_ref's own distribution at vstar.temperature; batched prefill whatever rollout.prefill says
         sampler = replace(self.rollout, temperature=self.settings.temperature, top_p=1.0, prefill="batched")
-        engine = sampler.engine(model, tokenizer, self.chat)
+        engine = sampler.engine(model, tokenizer, self.chat, backend=backend)
         repeated = [g for g in share for _ in range(self.settings.num_samples)]
         make_envs = (partial(self.env.training_envs, seed=derive_seed(self.seed, purpose, rank, "wording"))
                      if self.env.vary_wording else None)
@@ -178,7 +181,7 @@ class Stage1:
         return rewards
 
     def load(self, reference_model: str, goals: list[int], rank: int = 0, world_size: int = 1,
-             root_device: torch.device | None = None) -> VStarTable:
+             root_device: torch.device | None = None, backend=None) -> VStarTable:
         """Stage 1: the V* table of ``goals`` from the cache, or sampled with π_ref (every rank its share) and saved.
 
         All ranks look the key up before any of them samples, and sampling ends in a collective, so they agree on
@@ -191,6 +194,7 @@ class Stage1:
             rank, world_size: this process among the run's.
             root_device: this rank's device under a trainer: the rollouts run there when ``device`` asks for its
                 type.
+            backend: with ``rollout.backend`` "vllm", this process's server, which samples π_ref.
         """
         reuse = bool(self.settings.reuse)
         model, tokenizer = load_policy(reference_model)
@@ -201,10 +205,13 @@ class Stage1:
         sampled: dict[str, list[dict]] = {}
 
         def compute_fn() -> dict[str, list[float]]:
-            device = resolve_device(self.settings.device)
-            model.to(str(root_device) if root_device is not None and root_device.type == device else device)
+            if backend is not None:
+                backend.use_reference()
+            else:
+                device = resolve_device(self.settings.device)
+                model.to(str(root_device) if root_device is not None and root_device.type == device else device)
             return self.sample_rewards(model, tokenizer, goals, "stage1", rank, world_size,
-                                       keep=sampled if reuse else None)
+                                       keep=sampled if reuse else None, backend=backend)
 
         table = cache.get_or_compute(key_parts, compute_fn, self.settings.beta1, recompute=reuse and stored is None)
         if reuse:
@@ -231,11 +238,11 @@ class Stage1:
         return bool(every and batch_number and batch_number % every == 0 and self.refreshed_at != batch_number)
 
     def refresh(self, model, tokenizer, goals: list[int], batch_number: int, rank: int = 0,
-                world_size: int = 1) -> None:
+                world_size: int = 1, backend=None) -> None:
         """Re-estimate V* for ``goals`` with ``model`` (the current policy; every rank its share), before batch
         ``batch_number``."""
         purpose = f"refresh-{batch_number}"
-        rewards = self.sample_rewards(model, tokenizer, goals, purpose, rank, world_size)
+        rewards = self.sample_rewards(model, tokenizer, goals, purpose, rank, world_size, backend=backend)
         self._use(VStarTable.from_rewards(purpose, rewards, self.settings.beta1),
                   f"V* refreshed before batch {batch_number}")
         self.refreshed_at = batch_number

@@ -130,7 +130,7 @@ def export_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, ou
         raise ValueError(f"dtype={dtype!r} is not supported; use one of {sorted(DTYPES)}")
     if hasattr(model, "peft_config"):  # a peft.PeftModel
         with atomic_directory(out_dir, replace=True) as tmp:
-            _save_adapter(model, tmp, DTYPES[dtype] if dtype is not None else None)
+            save_adapter(model, tmp, DTYPES[dtype] if dtype is not None else None)
             tokenizer.save_pretrained(tmp)
         return Path(out_dir)
     if dtype is not None and next(model.parameters()).dtype != DTYPES[dtype]:
@@ -170,7 +170,7 @@ def count_parameters(model: torch.nn.Module, trainable_only: bool = False) -> in
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
-def _save_adapter(model, out_dir: Path, dtype: torch.dtype | None) -> None:
+def save_adapter(model, out_dir: Path, dtype: torch.dtype | None) -> None:
     """Write the active adapter of the ``peft`` model ``model`` into ``out_dir`` as ``peft`` saves an adapter
     (``adapter_config.json``, ``adapter_model.safetensors`` without the adapter's name in the keys), in ``dtype``
     (None: as it is). The base's weights are not written, not even an embedding (``save_embedding_layers=False``:

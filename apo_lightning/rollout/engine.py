@@ -13,7 +13,7 @@ import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 import torch
 from tqdm import tqdm
@@ -27,6 +27,9 @@ from .kv_cache import Past, extract_past, new_cache, stack_pasts
 from .packed import packed_linears
 from .segments import ChatHistory, PromptSegmenter
 from .trajectory import Trajectory, Turn
+
+if TYPE_CHECKING:
+    from .vllm_backend import VLLMBackend
 
 STOP_STRING = "</answer>"
 
@@ -63,6 +66,9 @@ class RolloutEngine:
             policy's.
         pack_weights: on a CPU, decode with oneDNN-packed copies of the linear weights, made once per
             :meth:`rollout` (``rollout.packed``); the same policy up to float rounding. Ignored elsewhere.
+        backend: sample replies through this vLLM server (``rollout.vllm_backend``) instead of decoding with
+            ``model``: the same prompts, turns and trajectories; each request's seed is drawn from the rollout's
+            seeded generator, and valid clicks are applied by the server. None: the engine's own decoder.
 
     Raises:
         ValueError: ``temperature`` ≤ 0, ``top_p`` outside (0, 1], an unknown ``prefill``, or a context budget
@@ -72,7 +78,7 @@ class RolloutEngine:
     def __init__(self, model, tokenizer, chat: ChatFormat | None = None, max_new_tokens: int = 64,
                  temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, reuse_cache: bool = True,
                  prefill: Literal["batched", "per_row"] = "batched", valid_clicks: bool = False,
-                 pack_weights: bool = False):
+                 pack_weights: bool = False, backend: "VLLMBackend | None" = None):
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
         if not 0 < top_p <= 1:
@@ -89,11 +95,13 @@ class RolloutEngine:
             raise ValueError(f"prefill must be 'batched' or 'per_row', got {prefill!r}")
         self.prefill = prefill
         self.pack_weights = pack_weights
+        self.backend = backend
+        self.valid_clicks = valid_clicks
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_ids = self._eos_ids()
         self.segmenter = PromptSegmenter(tokenizer, self.chat, max_new_tokens, self.eos_ids)
         self.click_constraint = (ClickConstraint(tokenizer, model.get_output_embeddings().weight.shape[0])
-                                 if valid_clicks else None)
+                                 if valid_clicks and backend is None else None)
         self.stats: dict[str, float] = {}
 
     def _eos_ids(self) -> set[int]:
@@ -146,7 +154,10 @@ class RolloutEngine:
             self.segmenter.new_segment(ep.trajectory, ep.history)
             episodes.append(ep)
 
-        pack = self.pack_weights and demonstrators is None  # a demonstrator's turns never call the model
+        if self.backend is not None and demonstrators is None:
+            self.backend.reset()  # what this rollout samples never depends on an earlier one's prefix cache
+        # a demonstrator's turns never call the model, nor does a vLLM backend
+        pack = self.pack_weights and demonstrators is None and self.backend is None
         with packed_linears(self.model, len(envs)) if pack else nullcontext():
             forward_s, gen_tokens = self._play(episodes, generator, demonstrators)
         if was_training:
@@ -171,7 +182,7 @@ class RolloutEngine:
             if demonstrators is None:
                 prompts = [ep.trajectory.segments[-1].token_ids for ep in live]
                 clickables = ([ep.env.available_actions()["clickables"] for ep in live]
-                              if self.click_constraint is not None else None)
+                              if self.valid_clicks else None)
                 replies = self.generate(prompts, generator, [ep.past for ep in live], clickables)
             else:
                 shown = [demonstrators[i](ep.env) for i, ep in enumerate(episodes) if not ep.done]
@@ -237,6 +248,11 @@ class RolloutEngine:
             "answer" (the reply ended with ``</answer>``), "eos" or "length" (``max_new_tokens``); ``past`` holds
             the keys/values of the prompt and the reply except its last token (None when ``reuse_cache`` is off).
         """
+        if self.backend is not None:
+            seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
+            return self.backend.generate(prompts, seeds, greedy=self.greedy, temperature=self.temperature,
+                                         top_p=self.top_p, max_new_tokens=self.max_new_tokens, stop=STOP_STRING,
+                                         stop_token_ids=sorted(self.eos_ids), clickables=clickables)
         device = next(self.model.parameters()).device
         batch = len(prompts)
         pasts = pasts if (pasts is not None and self.reuse_cache) else [None] * batch

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, get_args
 
 from .chat import ChatFormat
 from .engine import RolloutEngine
+from .vllm_backend import VLLMBackend, VLLMSettings
 
 Prefill = Literal["batched", "per_row"]
+Backend = Literal["hf", "vllm"]
 
 
 def check_settings(prefix: str, rules: Iterable[tuple[str, Any, bool, str]]) -> None:
@@ -36,6 +38,11 @@ class RolloutSettings:
             episode on its own: no compute on padding; the same samples).
         pack_weights: on a CPU, decode with oneDNN-packed copies of the linear weights, made afresh for each rollout
             (``rollout.packed``; the samples equal plain decoding's up to float rounding). No effect elsewhere.
+        backend: what samples the replies: "hf" (the project's own batched decoder over the policy itself, any
+            model) or "vllm" (a vLLM server per process in vLLM's own environment, ``rollout.vllm_backend``; the
+            policy's weights reach it after every update). Both take the same prompt token ids and seeds and
+            return the same trajectories' fields; ``prefill`` and ``pack_weights`` are the "hf" decoder's.
+        vllm: how the vLLM server runs (with ``backend: vllm``).
     """
 
     temperature: float = 1.0
@@ -44,6 +51,8 @@ class RolloutSettings:
     valid_clicks: bool = False
     prefill: Prefill = "batched"
     pack_weights: bool = False
+    backend: Backend = "hf"
+    vllm: VLLMSettings = field(default_factory=VLLMSettings)
 
     def check(self, prefix: str = "") -> None:
         """Raise ValueError naming the first setting out of range, as ``{prefix}{setting}``."""
@@ -51,14 +60,24 @@ class RolloutSettings:
                                 ("top_p", self.top_p, 0 < self.top_p <= 1, "in (0, 1]"),
                                 ("max_new_tokens", self.max_new_tokens, self.max_new_tokens >= 1, ">= 1"),
                                 ("prefill", self.prefill, self.prefill in get_args(Prefill),
-                                 f"one of {get_args(Prefill)}")])
+                                 f"one of {get_args(Prefill)}"),
+                                ("backend", self.backend, self.backend in get_args(Backend),
+                                 f"one of {get_args(Backend)}")])
+        if self.backend == "vllm":
+            self.vllm.check(f"{prefix}vllm.")
 
-    def engine(self, model, tokenizer, chat: ChatFormat, greedy: bool = False) -> RolloutEngine:
-        """A :class:`RolloutEngine` for ``model`` that samples as these settings say (``greedy``: argmax instead).
+    def engine(self, model, tokenizer, chat: ChatFormat, greedy: bool = False,
+               backend: VLLMBackend | None = None) -> RolloutEngine:
+        """A :class:`RolloutEngine` for ``model`` that samples as these settings say (``greedy``: argmax instead),
+        through ``backend`` (the process's vLLM server, already holding the weights to sample) when ``backend`` is
+        "vllm".
 
         Raises:
-            ValueError: as :class:`RolloutEngine` does (``temperature`` ≤ 0, ``top_p`` outside (0, 1], ...).
+            ValueError: as :class:`RolloutEngine` does (``temperature`` ≤ 0, ``top_p`` outside (0, 1], ...), or
+                ``backend`` "vllm" without a server.
         """
+        if self.backend == "vllm" and backend is None:
+            raise ValueError("rollout.backend is 'vllm' but no vLLM server was given to the engine")
         return RolloutEngine(model, tokenizer, chat, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                              top_p=self.top_p, greedy=greedy, prefill=self.prefill, valid_clicks=self.valid_clicks,
-                             pack_weights=self.pack_weights)
+                             pack_weights=self.pack_weights, backend=backend if self.backend == "vllm" else None)
