@@ -30,6 +30,7 @@ import torch
 
 from ..rollout.chat import ChatFormat
 from ..rollout.settings import RolloutSettings
+from ..rollout.vllm_backend import VLLMSettings, VLLMSetupError, check_model
 from ..utils.files import atomic_write_text
 from ..webshop.datadir import SYNTHETIC, resolve_data_dir
 from ..webshop.settings import EnvConfig
@@ -57,10 +58,17 @@ def evaluate_command(args: argparse.Namespace) -> dict:
         trajectories = play_scripted(args.model, shop, goals, args.max_steps, args.seed)
         metrics = greedy_summary(trajectories)
     else:
+        vllm = VLLMSettings(python=args.vllm_python, dtype=args.dtype, eager=args.vllm_eager,
+                            max_model_len=max(args.context_budget, VLLMSettings.max_model_len))
         rollout = RolloutSettings(max_new_tokens=args.max_new_tokens, valid_clicks=args.valid_clicks,
-                                  pack_weights=args.pack_weights)
+                                  pack_weights=args.pack_weights, backend=args.backend, vllm=vllm)
         chat = ChatFormat(history_turns=args.history_turns, context_budget=args.context_budget,
                           one_shot=args.one_shot)
+        if args.backend == "vllm":
+            try:
+                check_model(args.model, 0, vllm, on_cpu=args.device == "cpu", context_budget=args.context_budget)
+            except VLLMSetupError as error:
+                raise SystemExit(f"error: {error}") from None
         job = PolicyRollouts(args.model, env, rollout, chat, args.batch_size, args.seed, "evaluate",
                              gguf_file=args.gguf_file, dtype=args.dtype, device=args.device, threads=args.threads)
         trajectories = run_rollouts(job, goals, args.processes)
@@ -172,7 +180,13 @@ def main(argv: list[str] | None = None) -> dict:
                     help="a worked example episode before the task (ChatFormat.one_shot), for a prompted model")
     ev.add_argument("--pack-weights", action="store_true",
                     help="decode with oneDNN-packed linear weights on a CPU (RolloutSettings.pack_weights)")
-    ev.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    ev.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                    help="the weights' dtype (with --backend vllm: the engine's)")
+    ev.add_argument("--backend", choices=("hf", "vllm"), default="hf",
+                    help="what samples the replies: the project's decoder, or vLLM in its own environment (README)")
+    ev.add_argument("--vllm-python", default=None,
+                    help="vLLM's interpreter (default: $APO_VLLM_PYTHON, else .venv-vllm/bin/python)")
+    ev.add_argument("--vllm-eager", action="store_true", help="vLLM without torch.compile: a faster start")
     ev.add_argument("--device", default="cpu")
     ev.add_argument("--threads", type=int, default=1, help="torch intra-op threads (per process)")
     ev.add_argument("--processes", type=int, default=1, help="roll out in this many processes (the same results)")

@@ -20,6 +20,7 @@ from ..rollout.chat import ChatFormat
 from ..rollout.engine import rollout_goals
 from ..rollout.settings import RolloutSettings
 from ..rollout.trajectory import Trajectory
+from ..rollout.vllm_backend import VLLMBackend
 from ..utils.seeds import derive_seed
 from ..webshop import WebShop, WebShopEnv
 from ..webshop.settings import EnvConfig
@@ -78,7 +79,8 @@ class PolicyRollouts:
         model: the policy: a model directory, a hub id or a name ``models.loading.load_policy`` knows.
         env: the catalog and how episodes run; its ``data_dir`` is resolved again in every process, so give the
             folder itself (or "synthetic").
-        rollout: how replies are sampled (``temperature``, ``top_p``), their token limit and ``valid_clicks``.
+        rollout: how replies are sampled (``temperature``, ``top_p``, ``backend``), their token limit and
+            ``valid_clicks``.
         chat: the prompt format and reward.
         batch_size: episodes per rollout batch.
         seed: the run seed; chunk seeds derive from it and ``purpose``.
@@ -105,17 +107,28 @@ class PolicyRollouts:
     threads: int = 1
 
 
-def _rollout_part(job: PolicyRollouts, goals: list[int], offset: int, progress: bool) -> list[Trajectory]:
-    """One process's share: ``goals`` (already repeated for samples), seeded as positions ``offset``…"""
+def _rollout_part(job: PolicyRollouts, goals: list[int], offset: int, progress: bool,
+                  part: int = 0) -> list[Trajectory]:
+    """One process's share (``part``): ``goals`` (already repeated for samples), seeded as positions ``offset``…;
+    with ``rollout.backend`` "vllm" sampled by a vLLM server of its own."""
     from ..models.loading import load_policy
 
     torch.set_num_threads(job.threads)
     shop = job.env.shop(announce=False)  # the command said where the data comes from
     model, tokenizer = load_policy(job.model, gguf_file=job.gguf_file, dtype=job.dtype, device=job.device)
-    engine = job.rollout.engine(model, tokenizer, job.chat, greedy=job.greedy)
-    return rollout_goals(engine, shop, goals, job.batch_size, derive_seed(job.seed, job.purpose),
-                         observation_mode=job.env.observation_mode, max_steps=job.env.max_steps, progress=progress,
-                         seed_offset=offset, description="greedy episodes" if job.greedy else "sampled episodes")
+    backend = None
+    if job.rollout.backend == "vllm":  # a server of this process's own, sampling the policy as loaded
+        backend = VLLMBackend(job.rollout.vllm, job.model, rank=part, device=job.device.split(":")[0])
+        backend.use_reference()
+    engine = job.rollout.engine(model, tokenizer, job.chat, greedy=job.greedy, backend=backend)
+    try:
+        return rollout_goals(engine, shop, goals, job.batch_size, derive_seed(job.seed, job.purpose),
+                             observation_mode=job.env.observation_mode, max_steps=job.env.max_steps,
+                             progress=progress, seed_offset=offset,
+                             description="greedy episodes" if job.greedy else "sampled episodes")
+    finally:
+        if backend is not None:
+            backend.close()
 
 
 def _rollout_part_star(args) -> list[Trajectory]:
@@ -134,6 +147,6 @@ def run_rollouts(job: PolicyRollouts, goals: Sequence[int], processes: int = 1) 
         return _rollout_part(job, repeated, 0, True)
     batches = (len(repeated) + job.batch_size - 1) // job.batch_size
     per = (batches + processes - 1) // processes * job.batch_size
-    parts = [(job, repeated[i:i + per], i, i == 0) for i in range(0, len(repeated), per)]
+    parts = [(job, repeated[i:i + per], i, i == 0, i // per) for i in range(0, len(repeated), per)]
     with multiprocessing.get_context("spawn").Pool(len(parts)) as pool:
         return [t for part in pool.map(_rollout_part_star, parts) for t in part]

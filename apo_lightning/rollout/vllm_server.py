@@ -108,8 +108,8 @@ class Server:
     def load_weights(self, path: str) -> None:
         from safetensors.torch import load_file
 
-        state = load_file(path)
-        self.llm.apply_model(lambda model: model.load_weights(state.items()))
+        state = load_file(path)  # the checkpoint format (Hugging Face names); vLLM repacks it for its kernels
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(state.items())})
         self.llm.reset_prefix_cache()
 
     def handle(self, request: tuple):
