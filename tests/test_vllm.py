@@ -137,6 +137,10 @@ def test_vllm_plays_the_episodes_of_the_projects_decoder(vllm_python, smollm2_ba
         assert gaps and max(gaps) < 1e-3
         sampled = [play("vllm", model, greedy=False, seed=s) for s in (5, 5, 6)]
         assert tokens(sampled[0]) == tokens(sampled[1]) != tokens(sampled[2])
+        long = [list(range(1000 + i, 2900 + i)) for i in range(3)]  # more tokens than one chunked-prefill step
+        replies = backend.generate(long, [1, 2, 3], greedy=False, temperature=1.0, top_p=1.0, max_new_tokens=2,
+                                   stop="</answer>", stop_token_ids=[])
+        assert [len(ids) for ids, *_ in replies] == [2, 2, 2]
 
         start = load_for_training(adapter, LoraSettings(rank=8, alpha=16, target_modules=[
             "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))

