@@ -248,7 +248,7 @@ def test_refresh_reestimates_v_star_every_k_batches_and_is_checkpointed(monkeypa
 
     calls = []
 
-    def sample_rewards(self, model, tokenizer, goals, purpose, rank=0, world_size=1, keep=None):
+    def sample_rewards(self, model, tokenizer, goals, purpose, rank=0, world_size=1, keep=None, backend=None):
         calls.append((model, list(goals), purpose))
         return {str(g): [1.0, 0.0] for g in goals}
 

