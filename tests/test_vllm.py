@@ -97,7 +97,7 @@ def test_a_python_without_vllm_is_one_line(tmp_path):
 # ------------------------------------------------------------------------------------------------ with vLLM
 @pytest.mark.slow
 def test_vllm_plays_the_episodes_of_the_projects_decoder(vllm_python, smollm2_base, real_data_dir, workdir):
-    """SmolLM2 with the shipped reads adapter (a LoRA request), float32 in both, valid clicks on, on real test goals:
+    """SmolLM2 with the shipped reads adapter (a LoRA request), float32 in both, valid clicks on, on 2 real test goals:
     vLLM's greedy episodes are the project's decoder's token for token, its raw log-probs within 1e-3 of the ones
     the decoder records, and a sampled rollout repeats exactly with the same seed. After an update of the policy
     adapter, ``sync`` makes vLLM sample the updated policy (its greedy episodes again the decoder's, and no longer
@@ -113,7 +113,7 @@ def test_vllm_plays_the_episodes_of_the_projects_decoder(vllm_python, smollm2_ba
     link_smollm2(workdir, smollm2_base)
     adapter = str(REPO_ROOT / "models" / "smollm2-webshop-1k-reads")
     env = EnvConfig(data_dir=str(real_data_dir), max_steps=4)
-    shop, goals = env.shop(), env.split("test")[:3]
+    shop, goals = env.shop(), env.split("test")[:2]
     chat = ChatFormat(context_budget=2048, reward="success")
     model, tokenizer = load_policy(adapter)
     settings = VLLMSettings(python=vllm_python, dtype="float32", eager=True, max_model_len=2048)
@@ -131,7 +131,7 @@ def test_vllm_plays_the_episodes_of_the_projects_decoder(vllm_python, smollm2_ba
 
         hf, vllm = play("hf", model), play("vllm", model)
         assert tokens(vllm) == tokens(hf)
-        assert sum(len(t.turns) for t in hf) >= 6  # episodes of several turns, not one reply each
+        assert sum(len(t.turns) for t in hf) >= 4  # episodes of several turns, not one reply each
         gaps = [abs(a - b) for t, u in zip(hf, vllm) for s, r in zip(t.segments, u.segments)
                 for a, b, m in zip(s.logp, r.logp, s.gen_mask) if m]
         assert gaps and max(gaps) < 1e-3
