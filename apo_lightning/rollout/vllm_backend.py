@@ -324,7 +324,7 @@ class VLLMBackend:
             folder.mkdir(parents=True)
             save_adapter(policy, folder, None)
             previous = self.lora
-            self.lora = self.lora  # MUTATION: the update never reaches the engine
+            self.lora = (f"policy-{version}", version + 2, str(folder))  # id 1 is π_ref's
             if previous is not None and previous[0].startswith("policy-"):
                 shutil.rmtree(previous[2], ignore_errors=True)
         else:
