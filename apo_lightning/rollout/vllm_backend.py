@@ -231,6 +231,7 @@ class VLLMBackend:
             raise VLLMSetupError(f"rollout.vllm.python {s.interpreter()!r}: {error}; {INSTALL_HINT}") from error
         ready = threading.Event()
         port: list[int] = []
+        closed: list[bool] = []  # the server's output ended (it exited) before it was ready
 
         def drain() -> None:  # keep the pipe empty; remember the tail for error messages
             for line in self._process.stdout:
@@ -241,12 +242,13 @@ class VLLMBackend:
                 elif line:
                     self._output.append(line)
                     log.debug("vllm[%d]: %s", self.rank, line)
+            closed.append(True)
             ready.set()
 
         threading.Thread(target=drain, daemon=True).start()
         ready.wait(s.start_timeout)
         if not port:
-            code = self._process.poll()
+            code = self._process.wait(timeout=60) if closed else self._process.poll()
             self._stop_process()
             errors = [line for line in self._output if "Error" in line.split(":")[0]]  # the exception, if it raised
             last = errors[-1] if errors else self._output[-1] if self._output else "no output"
