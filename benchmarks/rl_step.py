@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ import time
 from pathlib import Path
 
 from lightning.pytorch import Callback
+from update_memory import peak_gb
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = ["configs/smollm2.yaml", "configs/machine/cpu.yaml", "configs/smollm2_2h.yaml"]
@@ -54,10 +54,8 @@ SETTINGS["turns_10"] = [*SETTINGS["new_hf"], "--data.env.max_steps=10"]
 SETTINGS["pages_1500"] = [*SETTINGS["new_hf"], "--data.chat.max_observation_chars=1500"]
 
 
-def peak_gb(pid: int | None = None) -> float:
-    """Peak resident memory in GB: of this process (``getrusage``), or of process ``pid`` (``VmHWM``)."""
-    if pid is None:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+def server_peak_gb(pid: int) -> float:
+    """Peak resident memory of process ``pid`` in GB (``VmHWM``; this process's own: ``update_memory.peak_gb``)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024 / 1e9
@@ -95,7 +93,7 @@ class StepTimer(Callback):
             "update_gflop_per_s": round(8 * parameters * tokens / update / 1e9, 1),
             "sampled_success": sum(t.success for t in fresh) / len(fresh),
             "peak_gb": round(peak_gb(), 2),
-            "server_peak_gb": round(peak_gb(backend._process.pid), 2) if backend is not None else 0.0,
+            "server_peak_gb": round(server_peak_gb(backend._process.pid), 2) if backend is not None else 0.0,
             "logp_gap": round(pl_module._logp_gap, 4),
         }
         Path(self.out_file).write_text(json.dumps(figures))

@@ -41,6 +41,19 @@ def zero_v_star(monkeypatch):
     monkeypatch.setattr(VStarTable, "lookup", lambda self, goals, device=None: torch.zeros(len(goals)))
 
 
+#: A script that runs ``cli.py`` once per argument list of its JSON argument, with V* = 0 (so the parameters move),
+#: for runs whose processes must start afresh (DDP with ``ddp_fork``).
+DDP_SCRIPT = """
+import json, sys
+import torch
+from apo_lightning.apo.vstar import VStarTable
+VStarTable.lookup = lambda self, goals, device=None: torch.zeros(len(goals))  # V* = 0: the parameters move
+from apo_lightning.lit.cli import main
+for args in json.loads(sys.argv[1]):
+    main(args)
+"""
+
+
 def fit_in_process(*args: str, callbacks=(), ckpt_path=None):
     """``cli.py fit *args`` in this process (``build_cli`` without running it, then ``trainer.fit``), with
     ``callbacks`` added to the trainer's; returns the CLI object (``cli.model``, ``cli.datamodule``, ``cli.trainer``)."""

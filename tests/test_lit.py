@@ -29,7 +29,7 @@ from apo_lightning.utils.hashing import hash_parameters
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from cli import main  # noqa: E402
-from conftest import fit_in_process  # noqa: E402
+from conftest import DDP_SCRIPT, fit_in_process  # noqa: E402
 
 SMOKE = str(REPO / "configs" / "smoke.yaml")
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
@@ -824,17 +824,6 @@ def test_sft_trains_drills_then_demonstrations_through_the_trainer_and_exports(w
 
 
 # ------------------------------------------------------------------------------------------------ DDP
-DDP_SCRIPT = """
-import json, sys
-import torch
-from apo_lightning.apo.vstar import VStarTable
-VStarTable.lookup = lambda self, goals, device=None: torch.zeros(len(goals))  # V* = 0: the parameters move
-from apo_lightning.lit.cli import main
-for args in json.loads(sys.argv[1]):
-    main(args)
-"""
-
-
 def test_ddp_two_processes_share_the_work_agree_and_resume_exactly(workdir, tmp_path):
     """Two processes (``ddp_fork``: the same code as ``ddp``, without re-importing everything per rank): each rolls
     out its own goals with its own seeds and stage 1 is split between them; the ranks agree on the parameters; and

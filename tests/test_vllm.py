@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO_ROOT, link_smollm2, skip_unless_required
+from conftest import DDP_SCRIPT, REPO_ROOT, link_smollm2, skip_unless_required
 
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
@@ -153,17 +153,6 @@ def test_vllm_plays_the_episodes_of_the_projects_decoder(vllm_python, smollm2_ba
         assert tokens(updated_vllm) == tokens(updated_hf) != tokens(hf)
     finally:
         backend.close()
-
-
-DDP_SCRIPT = """
-import json, sys
-import torch
-from apo_lightning.apo.vstar import VStarTable
-VStarTable.lookup = lambda self, goals, device=None: torch.zeros(len(goals))  # V* = 0: the parameters move
-from apo_lightning.lit.cli import main
-for args in json.loads(sys.argv[1]):
-    main(args)
-"""
 
 
 @pytest.mark.slow

@@ -51,6 +51,7 @@ from transformers import get_wsd_schedule
 
 from ..apo.logprobs import generated_logprobs, pack_generated
 from ..apo.objectives import APO, Objective, PackedBatch, kl_statistics
+from ..apo.objectives.base import masked_token_mean
 from ..eval.metrics import trajectory_metrics
 from ..eval.report import write_results
 from ..models.lora import REFERENCE_ADAPTER, LoraSettings, adapter_active
@@ -196,7 +197,7 @@ class WebShopRLModule(CheckedResume, LightningModule):
         packed_entropy, _ = pack_generated(entropy, gen_mask, batch["traj_index"], n)
         fresh = len(batch["trajectories"])
         gap = (packed_sampled[:fresh] - packed_logp[:fresh].detach()).abs()
-        self._logp_gap = float((gap * mask[:fresh]).sum() / mask[:fresh].sum().clamp(min=1))
+        self._logp_gap = float(masked_token_mean(gap, mask[:fresh]))
         # vLLM samples in its own numerics: the objectives' old log π (GRPO's ratio) is the trainer's, as in verl
         packed_old = packed_logp.detach() if batch.get("sampled_by") == "vllm" else packed_sampled
         return PackedBatch(packed_logp, packed_ref, packed_old, mask, batch["reward"], batch["v_star"],

@@ -210,7 +210,6 @@ class VLLMBackend:
         env.update({"APO_VLLM_AUTHKEY": authkey.hex(), "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
                     "OMP_NUM_THREADS": str(s.threads), "PYTHONPATH": os.pathsep.join(
                         [package_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
-                    "VLLM_CONFIGURE_LOGGING": env.get("VLLM_CONFIGURE_LOGGING", "1"),
                     "VLLM_LOGGING_LEVEL": env.get("VLLM_LOGGING_LEVEL", "WARNING")})
         if self.device == "cpu":
             first = self.rank * s.threads
