@@ -1,6 +1,6 @@
 """One A*-PO step of the SmolLM2 recipe, today's settings against the new ones, in one run.
 
-    python benchmarks/rl_step.py --data-dir ../webshop_data           # vLLM from $APO_VLLM_PYTHON or .venv-vllm
+    python benchmarks/rl_step.py          # the data rule (README); vLLM from $APO_VLLM_PYTHON or .venv-vllm
     python benchmarks/rl_step.py --settings old new_hf                 # without vLLM
 
 Each setting is one ``cli.py fit`` of ``configs/smollm2.yaml`` + ``configs/machine/cpu.yaml`` +
