@@ -280,6 +280,35 @@ def test_one_step_of_each_objective_changes_every_policy_parameter(workdir, vari
     assert all(not p.requires_grad for p in reference.values())
 
 
+@pytest.mark.parametrize("sampled_by", ["hf", "vllm"])
+def test_grpo_old_logprobs_are_the_samplers_with_hf_and_the_trainers_with_vllm(workdir, monkeypatch, sampled_by):
+    """GRPO's old log π: the recorded sampler log-probs (here shifted by 0.5) when the HF decoder sampled, the
+    trainer's own, detached, when vLLM did; ``rollout/logp_gap`` is the 0.5 either way."""
+    from apo_lightning.lit.rl_module import WebShopRLModule
+
+    real_batch, real_packed = WebShopRLDataModule.train_batch, WebShopRLModule.packed_batch
+    packed = []
+
+    def train_batch(self, batch_number):
+        batch = real_batch(self, batch_number)
+        batch["old_logp"] = batch["old_logp"] + 0.5 * batch["gen_mask"]  # a sampler whose numerics differ
+        batch["sampled_by"] = sampled_by
+        return batch
+
+    monkeypatch.setattr(WebShopRLDataModule, "train_batch", train_batch)
+    monkeypatch.setattr(WebShopRLModule, "packed_batch", lambda module, batch: packed.append(
+        real_packed(module, batch)) or packed[-1])
+    cli = fit("--trainer.max_steps=1", *NO_CHECKPOINTS, "--model.objective=GRPO")
+    (step,) = packed
+    mask = step.mask.bool()
+    assert mask.any() and cli.model._logp_gap == pytest.approx(0.5, abs=1e-4)
+    gap = (step.old_logp - step.logp.detach())[mask]
+    if sampled_by == "vllm":
+        assert torch.equal(step.old_logp, step.logp.detach()) and not step.old_logp.requires_grad
+    else:
+        assert gap.abs().min() > 0.49
+
+
 def test_lora_trains_only_the_adapters_and_uses_the_base_as_reference(workdir, zero_v_star):
     cli = fit("--trainer.max_steps=1", *NO_CHECKPOINTS, "--model.lora.rank=2",
               "--model.lora.target_modules=[q_proj,v_proj]")

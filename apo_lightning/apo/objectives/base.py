@@ -23,7 +23,8 @@ class PackedBatch:
     Attributes:
         logp: (B, G) float32, log π(y_t|·) of each generated token under the current policy, with gradients.
         ref_logp: (B, G) float32, the same under the frozen reference π_ref.
-        old_logp: (B, G) float32, the same under the policy that sampled the trajectory (recorded at rollout).
+        old_logp: (B, G) float32, the same under the policy that sampled the trajectory (recorded at rollout; the
+            trainer's own, detached, when vLLM sampled).
         mask: (B, G) float32, 1 on generated tokens, 0 on padding.
         reward: (B,) float32, the trajectory reward r(x, y) (score or success plus format penalties).
         v_star: (B,) float32, V*(x) of each trajectory's goal (0 when the objective needs no V*).
