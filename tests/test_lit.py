@@ -85,7 +85,7 @@ OVERLAY_BASES = {"sft_quickstart_dart.yaml": ["sft_quickstart.yaml"],
                  "webshop_1k_cpu.yaml": ["webshop_1k.yaml"],
                  "webshop_1k_2h.yaml": ["webshop_1k.yaml", "webshop_1k_cpu.yaml"],
                  "smollm2_2h.yaml": ["smollm2.yaml", "machine/cpu.yaml"],
-                 "smollm2_reads_2h.yaml": ["smollm2.yaml", "machine/cpu.yaml", "smollm2_2h.yaml"],
+                 "smollm2_apo.yaml": ["smollm2.yaml", "machine/cpu.yaml"],
                  "cpu.yaml": ["smollm2.yaml"], "gpu.yaml": ["smollm2.yaml"],  # configs/machine/ (tests/test_configs.py)
                  "gpu_vllm.yaml": ["smollm2.yaml", "machine/gpu.yaml"]}
 
