@@ -86,6 +86,7 @@ OVERLAY_BASES = {"sft_quickstart_dart.yaml": ["sft_quickstart.yaml"],
                  "webshop_1k_2h.yaml": ["webshop_1k.yaml", "webshop_1k_cpu.yaml"],
                  "smollm2_2h.yaml": ["smollm2.yaml", "machine/cpu.yaml"],
                  "smollm2_apo.yaml": ["smollm2.yaml", "machine/cpu.yaml"],
+                 "smollm2_grpo.yaml": ["smollm2.yaml", "machine/cpu.yaml", "smollm2_apo.yaml"],
                  "cpu.yaml": ["smollm2.yaml"], "gpu.yaml": ["smollm2.yaml"],  # configs/machine/ (tests/test_configs.py)
                  "gpu_vllm.yaml": ["smollm2.yaml", "machine/gpu.yaml"]}
 
@@ -140,6 +141,31 @@ def test_the_two_hour_overlay_is_the_measured_run():
     assert model.hparams.learning_rate == 1e-4 and model.hparams.model_name_or_path == "models/webshop-1k-ref"
     timer = next(c for c in trainer.callbacks if isinstance(c, Timer))
     assert trainer.max_steps == 1000 and timer.time_remaining("train") == 102 * 60  # stage 2's 1 h 42 min
+
+
+def test_the_smollm2_grpo_overlay_matches_the_apo_run_but_for_the_objective_and_stage_1():
+    """configs/smollm2_grpo.yaml on configs/smollm2_apo.yaml: the same reference policy (the reads adapter), training
+    goals, wordings, learning rate, backend, trajectories per step and a checkpoint every step; GRPO with its KL
+    term, no stage 1, and the A*-PO run's stage 1 + stage 2 as its time budget."""
+    extra = ["--trainer.devices=1", "--trainer.strategy=auto"]
+    apo = parse(*base_of(REPO / "configs" / "smollm2_apo.yaml"), extra=extra)
+    grpo = parse(*base_of(REPO / "configs" / "smollm2_grpo.yaml"), extra=extra)
+    assert apo.model.hparams.model_name_or_path == "models/smollm2-webshop-1k-reads"
+    for name in ("model_name_or_path", "learning_rate", "warmup_steps", "lora", "gradient_checkpointing"):
+        assert grpo.model.hparams[name] == apo.model.hparams[name], name
+    for name in ("train_goals", "val_goals", "steps_per_epoch", "seed"):
+        assert getattr(grpo.datamodule, name) == getattr(apo.datamodule, name), name
+    assert grpo.datamodule.env == apo.datamodule.env and apo.datamodule.env.vary_wording
+    assert grpo.datamodule.rollout == apo.datamodule.rollout and grpo.datamodule.chat == apo.datamodule.chat
+    per_step = [d.batch_size * d.rollouts_per_goal for d in (apo.datamodule, grpo.datamodule)]
+    assert per_step == [8, 8] and (apo.datamodule.needs_v_star, grpo.datamodule.needs_v_star) == (True, False)
+    assert (grpo.model.objective.name, grpo.model.objective.beta_kl) == ("grpo", 0.04)
+    assert apo.datamodule.vstar.reuse == 0
+    for composed in (apo, grpo):
+        last = [c for c in composed.trainer.callbacks if type(c).__name__ == "ModelCheckpoint" and c.save_last]
+        assert [c._every_n_train_steps for c in last] == [1]
+    timers = [next(c for c in run.trainer.callbacks if isinstance(c, Timer)) for run in (apo, grpo)]
+    assert [t.time_remaining("train") for t in timers] == [210 * 60, 240 * 60]  # stage 1 ≈ 30 min before A*-PO's
 
 
 def test_the_stage0_overlay_is_the_measured_sft_pass():
