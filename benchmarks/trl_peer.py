@@ -56,7 +56,6 @@ def trl_worker(args: argparse.Namespace) -> None:
     model, tokenizer = load_policy(POLICY)  # run from the repository: its data/models conversion
     for name, parameter in model.named_parameters():
         parameter.requires_grad_("lora_" in name)  # the adapter trains, as in this project's LoRA policy
-    tokenizer.padding_side = "left"
     tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
     add_response_schema(tokenizer)
     made: list[WebShopToolEnv] = []
