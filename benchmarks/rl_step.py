@@ -99,11 +99,13 @@ class StepTimer(Callback):
         Path(self.out_file).write_text(json.dumps(figures))
 
 
-def run(name: str, args: argparse.Namespace, workdir: Path) -> dict:
-    """One setting's fit in a fresh process; returns its :class:`StepTimer` figures and wall time."""
+def run(name: str, args: argparse.Namespace, workdir: Path, configs: list[str] = CONFIGS,
+        overrides: list[str] | None = None) -> dict:
+    """One setting's fit in a fresh process (``configs`` composed, then ``overrides``, default ``SETTINGS[name]``);
+    returns its :class:`StepTimer` figures and wall time."""
     out = workdir / f"{name}.json"
-    command = [sys.executable, str(REPO / "cli.py"), "fit", *[a for c in CONFIGS for a in ("--config", str(REPO / c))],
-               *SETTINGS[name], "--trainer.devices=1", "--trainer.strategy=auto", "--trainer.max_steps=1",
+    command = [sys.executable, str(REPO / "cli.py"), "fit", *[a for c in configs for a in ("--config", str(REPO / c))],
+               *(SETTINGS[name] if overrides is None else overrides), "--trainer.devices=1", "--trainer.strategy=auto", "--trainer.max_steps=1",
                "--trainer.max_time=null", "--trainer.limit_val_batches=0", "--trainer.enable_checkpointing=false",
                "--trainer.callbacks=[]", "--trainer.callbacks+=rl_step.StepTimer", f"--trainer.callbacks.out_file={out}",
                "--trainer.logger=false", "--trainer.enable_progress_bar=false", f"--run_name=rl_step_{name}",

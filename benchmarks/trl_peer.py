@@ -111,14 +111,14 @@ def trl_side(args: argparse.Namespace, workdir: Path) -> dict:
 
 def project_side(args: argparse.Namespace, workdir: Path) -> dict:
     """This project's figures: one GRPO step through ``rl_step``'s runner."""
-    rl_step.CONFIGS[:] = ["configs/smollm2.yaml", "configs/machine/cpu.yaml", "configs/objective/grpo.yaml"]
-    rl_step.SETTINGS["grpo"] = [
+    configs = ["configs/smollm2.yaml", "configs/machine/cpu.yaml", "configs/objective/grpo.yaml"]
+    overrides = [
         "--trainer.precision=bf16-mixed", "--data.rollout.backend=hf", f"--model.model_name_or_path={POLICY}",
         f"--model.objective.group_size={args.group}", f"--model.objective.beta_kl={BETA_KL}",
         f"--model.learning_rate={LEARNING_RATE}", "--model.warmup_steps=0", f"--data.batch_size={args.goals}",
         "--data.vstar.reuse=0"]
     runner = argparse.Namespace(goals=args.goals, samples=1, data_dir=args.data_dir, vllm_python=None)
-    figures = rl_step.run("grpo", runner, workdir)
+    figures = rl_step.run("grpo", runner, workdir, configs=configs, overrides=overrides)
     figures["timed_step_s"] = figures["step_s"]
     figures["timed_generated_tokens"] = figures["fresh_generated_tokens"]
     figures["trajectories_per_step"] = figures["fresh_trajectories"]
