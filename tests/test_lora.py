@@ -302,6 +302,34 @@ def test_apo_from_an_adapter_resumes_and_refuses_another_adapter_by_its_referenc
             ckpt_path=checkpoints / "step=1.ckpt")
 
 
+def test_a_lora_checkpoint_holds_only_what_it_trains_and_takes_the_rest_from_its_checked_start(rl_run):
+    """The checkpoint's state dict is the trained adapter (every frozen weight is listed as reloaded, none is
+    stored); loading it puts back the start's frozen weights and gives the trained policy; another start is refused
+    outside ``fit`` too, by its reference."""
+    cli, _, checkpoints = rl_run
+    saved = torch.load(checkpoints / "step=2.ckpt", map_location="cpu", weights_only=False)
+    trained = {f"policy.{n}" for n, p in cli.model.policy.named_parameters() if p.requires_grad}
+    assert trained and set(saved["state_dict"]) == trained
+    reloaded = set(saved["reloaded_weights"])
+    assert reloaded and not reloaded & trained
+    assert any(".reference." in n for n in reloaded) and any(".base_layer." in n for n in reloaded)
+    module = WebShopRLModule(model_name_or_path=SFT_ADAPTER, lora=LoraSettings(rank=4, alpha=8))
+    module.configure_model()
+    module.on_load_checkpoint(saved)
+    module.load_state_dict(saved["state_dict"])  # strict: nothing left out any more
+    assert hash_parameters(module.policy) == hash_parameters(cli.model.policy)
+    other = Path("data/models/lora-sft-other-start")
+    shutil.copytree(SFT_ADAPTER, other, dirs_exist_ok=True)
+    weights = load_file(other / "adapter_model.safetensors")
+    name = next(k for k in sorted(weights) if ".lora_B." in k)
+    save_file({**weights, name: weights[name] + 0.01}, other / "adapter_model.safetensors", metadata={"format": "pt"})
+    module = WebShopRLModule(model_name_or_path=str(other), lora=LoraSettings(rank=4, alpha=8))
+    module.configure_model()
+    again = torch.load(checkpoints / "step=2.ckpt", map_location="cpu", weights_only=False)
+    with pytest.raises(SettingError, match=rf"trained with reference {SFT_ADAPTER} .*this run asks for reference {other}"):
+        module.on_load_checkpoint(again)
+
+
 def test_the_reference_adapter_runs_without_dropout_while_the_policy_trains(sft_run, tmp_path):
     """An adapter trained with dropout, as π_ref of a policy in training mode: its log-probs are the adapted
     model's, deterministic."""

@@ -24,7 +24,8 @@ from ..models.lora import REFERENCE_ADAPTER, LoraSettings, load_for_training
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, like: str, dtype: str | None = None) -> Path:
     """Load ``like`` and prepare it as the run did (``models.lora.load_for_training`` with the checkpoint's LoRA
     settings), put the checkpoint's ``policy.*`` weights into it and save it to ``out_dir``
-    (``models.loading.export_policy``: with LoRA, the trained adapter as an adapter folder).
+    (``models.loading.export_policy``: with LoRA, the trained adapter as an adapter folder). The frozen weights a
+    LoRA checkpoint leaves out (its ``reloaded_weights``) are those of ``like``, the start the run loaded.
 
     Raises:
         ValueError: the checkpoint holds no policy weights, or they do not fit the architecture of ``like``
@@ -34,13 +35,16 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, like: str, dt
     weights = {k[len("policy."):]: v for k, v in saved["state_dict"].items() if k.startswith("policy.")}
     if not weights:
         raise ValueError(f"{checkpoint} holds no policy weights (no 'policy.*' keys)")
+    reloaded = {k[len("policy."):] for k in saved.get("reloaded_weights", []) if k.startswith("policy.")}
     lora = saved.get("hyper_parameters", {}).get("lora") or LoraSettings()
     lora = LoraSettings(**lora) if isinstance(lora, dict) else lora
     # as the run built it: the RL module keeps an adapter folder's frozen adapter beside its trained copy
-    keep = any(f".{REFERENCE_ADAPTER}." in k for k in weights)
+    keep = any(f".{REFERENCE_ADAPTER}." in k for k in weights.keys() | reloaded)
     model, tokenizer, _ = load_for_training(like, lora, keep_reference=keep)
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    missing = [k for k in missing if not k.endswith("lm_head.weight") or not model.config.tie_word_embeddings]
+    # a LoRA checkpoint leaves out the frozen weights (CheckedResume): those of ``like`` stand
+    missing = [k for k in missing if k not in reloaded
+               and (not k.endswith("lm_head.weight") or not model.config.tie_word_embeddings)]
     if missing or unexpected:
         raise ValueError(f"{checkpoint} does not fit {like}: missing {missing[:5]}, unexpected {unexpected[:5]}")
     return export_policy(model, tokenizer, out_dir, dtype)

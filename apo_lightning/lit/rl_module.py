@@ -103,6 +103,7 @@ class WebShopRLModule(CheckedResume, LightningModule):
 
     #: a resume must have this objective, these reference weights and these LoRA settings (``CheckedResume``)
     RESUME_CHECKS = {"objective": "objective", "reference": "reference_sha256", "lora": "lora"}
+    START_CHECKS = ("reference", "lora")
 
     def __init__(self, model_name_or_path: str = "data/models/tiny-sft", objective: Objective = APO(),
                  learning_rate: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, decay_steps: int = 0,

@@ -53,27 +53,66 @@ class CheckedResume:
     ``fit`` refuses a checkpoint recorded under another setup before it trains (:func:`refuse_other_setup`).
     Evaluation (``validate``/``test``) loads the weights under any setup.
 
+    A LoRA run's checkpoint holds only the weights it trains (and their optimizer state): the frozen ones (the base
+    model, π_ref's adapter) are listed under ``reloaded_weights`` and taken, on loading, from the model that
+    ``configure_model`` loaded, whose hash the record holds; loading one under another start is refused in
+    ``validate``/``test`` too (the checks named in ``START_CHECKS``).
+
     A subclass sets ``RESUME_CHECKS`` (the name shown in a refusal -> the ``training_setup`` key that must be equal),
     implements ``training_setup`` and ``configure_model`` (which loads what the record hashes), and holds its LoRA
     settings as ``lora_config``. A record without ``lora`` is of full fine-tuning, the only kind before LoRA.
     """
 
     RESUME_CHECKS: dict[str, str]
+    START_CHECKS: tuple[str, ...]  # the RESUME_CHECKS that fix the frozen weights: checked before they are reloaded
 
     def training_setup(self) -> dict[str, str]:
         raise NotImplementedError
 
+    def frozen_weight_names(self) -> list[str]:
+        """The ``state_dict`` keys of a LoRA policy's frozen parameters (tied ones under each name), sorted; empty
+        under full fine-tuning (LoRA rank 0), where π_ref is held apart from the state dict."""
+        if self.lora_config.rank == 0:
+            return []
+        return sorted(name for name, p in self.named_parameters(remove_duplicate=False) if not p.requires_grad)
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["training_setup"] = self.training_setup()
+        frozen = self.frozen_weight_names()
+        for name in frozen:
+            del checkpoint["state_dict"][name]
+        if frozen:
+            checkpoint["reloaded_weights"] = frozen
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        if self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING:
-            self.refuse_other_setup(checkpoint.get("training_setup"), self.trainer.ckpt_path)
+        """In ``fit``, refuse another setup; put back the frozen weights a LoRA checkpoint left out (from the
+        loaded model, after checking that it is the start the checkpoint records).
 
-    def refuse_other_setup(self, saved: dict[str, str] | None, checkpoint_path) -> None:
+        Raises:
+            SettingError: another setup (in ``fit``), or another start than the one whose frozen weights a LoRA
+                checkpoint left out (in any stage).
+            ValueError: a left-out weight that this module does not have (another architecture).
+        """
+        path = self.trainer.ckpt_path if self._trainer is not None else None
+        saved = checkpoint.get("training_setup")
+        if self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING:
+            self.refuse_other_setup(saved, path)
+        reloaded = checkpoint.get("reloaded_weights", [])
+        if not reloaded:
+            return
+        self.refuse_other_setup(saved, path, only=self.START_CHECKS)
+        own = self.state_dict()
+        unknown = [name for name in reloaded if name not in own]
+        if unknown:
+            raise ValueError(f"checkpoint {path} leaves out weights this model does not have: {unknown[:3]}")
+        checkpoint["state_dict"].update({name: own[name] for name in reloaded})
+
+    def refuse_other_setup(self, saved: dict[str, str] | None, checkpoint_path,
+                           only: tuple[str, ...] | None = None) -> None:
         """Check that a checkpoint's ``training_setup`` is this run's before resuming it; loads the policy first
         (``configure_model``) to hash it. Paths alone may differ (the same weights elsewhere); a checkpoint without
         the record is not checked. The CLI calls this before the Trainer starts, so a refused run writes nothing.
+        ``only``: the names of ``RESUME_CHECKS`` to check (default all).
 
         Raises:
             SettingError: a checked part of the setup differs; the message names each difference and
@@ -85,7 +124,8 @@ class CheckedResume:
         current = self.training_setup()
         if "lora" not in saved and self.lora_config.rank == 0:
             saved = {**saved, "lora": current["lora"]}
-        refuse_other_setup(saved, current, self.RESUME_CHECKS, checkpoint_path)
+        checks = self.RESUME_CHECKS if only is None else {what: self.RESUME_CHECKS[what] for what in only}
+        refuse_other_setup(saved, current, checks, checkpoint_path)
 
 
 def load_start(model_name_or_path: str, lora: LoraSettings, dtype: str, keep_reference: bool = True,

@@ -60,6 +60,7 @@ class SFTModule(CheckedResume, LightningModule):
 
     #: a resume must start from these weights with these LoRA settings (``CheckedResume``)
     RESUME_CHECKS = {"model": "model_sha256", "lora": "lora"}
+    START_CHECKS = ("model", "lora")
 
     def __init__(self, model_name_or_path: str = "data/models/tiny-init",
                  export_dir: str | None = "data/models/tiny-sft", learning_rate: float = 2e-3,
