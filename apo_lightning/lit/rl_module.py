@@ -33,7 +33,8 @@ policy starts equal to it (``models.lora.load_for_training`` prepares both):
 
 A checkpoint records the objective, the reference (path, dtype and a hash of its weights as the loss sees them: for
 an adapter folder, the base and the adapter) and the LoRA settings; ``fit`` refuses to resume it under any other
-(``on_load_checkpoint``).
+(``on_load_checkpoint``). With LoRA it holds only the trained adapter: the frozen weights come back from the
+reference it records (``settings.CheckedResume``).
 """
 
 from __future__ import annotations
