@@ -278,6 +278,17 @@ def test_the_exported_rl_adapter_loads_over_the_base_alone(rl_run):
     assert all(torch.equal(exported[k], from_checkpoint[k]) for k in exported)
 
 
+def shifted_adapter(folder: str) -> Path:
+    """A copy of ``SFT_ADAPTER`` in ``folder`` with one LoRA B weight shifted by 0.01: the same base and settings,
+    another reference."""
+    other = Path(folder)
+    shutil.copytree(SFT_ADAPTER, other, dirs_exist_ok=True)
+    weights = load_file(other / "adapter_model.safetensors")
+    name = next(k for k in sorted(weights) if ".lora_B." in k)
+    save_file({**weights, name: weights[name] + 0.01}, other / "adapter_model.safetensors", metadata={"format": "pt"})
+    return other
+
+
 def test_apo_from_an_adapter_resumes_and_refuses_another_adapter_by_its_reference(rl_run, zero_v_star):
     """A checkpoint of A*-PO from the SFT adapter resumes to the uninterrupted run's parameters; the same adapter
     in another folder resumes; an adapter with the same base but other adapter weights is refused as another
@@ -290,12 +301,7 @@ def test_apo_from_an_adapter_resumes_and_refuses_another_adapter_by_its_referenc
     shutil.copytree(SFT_ADAPTER, moved, dirs_exist_ok=True)
     fit(*RL_RUN, f"--model.model_name_or_path={moved}", "--trainer.max_steps=2", *NO_CHECKPOINTS,
         ckpt_path=checkpoints / "step=1.ckpt")
-    other = Path("data/models/lora-sft-other")
-    shutil.copytree(SFT_ADAPTER, other, dirs_exist_ok=True)
-    weights = load_file(other / "adapter_model.safetensors")
-    name = next(k for k in sorted(weights) if ".lora_B." in k)
-    weights[name] = weights[name] + 0.01
-    save_file(weights, other / "adapter_model.safetensors", metadata={"format": "pt"})
+    other = shifted_adapter("data/models/lora-sft-other")
     with pytest.raises(SettingError, match=rf"with reference {SFT_ADAPTER} \(float32 weights, sha256 [0-9a-f]{{16}}\); "
                                            rf"this run asks for reference {other} "):
         fit(*RL_RUN, f"--model.model_name_or_path={other}", "--trainer.max_steps=2", *NO_CHECKPOINTS,
@@ -315,14 +321,11 @@ def test_a_lora_checkpoint_holds_only_what_it_trains_and_takes_the_rest_from_its
     assert any(".reference." in n for n in reloaded) and any(".base_layer." in n for n in reloaded)
     module = WebShopRLModule(model_name_or_path=SFT_ADAPTER, lora=LoraSettings(rank=4, alpha=8))
     module.configure_model()
+    assert hash_parameters(module.policy) != hash_parameters(cli.model.policy)  # the start: training moved it
     module.on_load_checkpoint(saved)
     module.load_state_dict(saved["state_dict"])  # strict: nothing left out any more
     assert hash_parameters(module.policy) == hash_parameters(cli.model.policy)
-    other = Path("data/models/lora-sft-other-start")
-    shutil.copytree(SFT_ADAPTER, other, dirs_exist_ok=True)
-    weights = load_file(other / "adapter_model.safetensors")
-    name = next(k for k in sorted(weights) if ".lora_B." in k)
-    save_file({**weights, name: weights[name] + 0.01}, other / "adapter_model.safetensors", metadata={"format": "pt"})
+    other = shifted_adapter("data/models/lora-sft-other-start")
     module = WebShopRLModule(model_name_or_path=str(other), lora=LoraSettings(rank=4, alpha=8))
     module.configure_model()
     again = torch.load(checkpoints / "step=2.ckpt", map_location="cpu", weights_only=False)

@@ -95,12 +95,12 @@ class CheckedResume:
         """
         path = self.trainer.ckpt_path if self._trainer is not None else None
         saved = checkpoint.get("training_setup")
-        if self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING:
-            self.refuse_other_setup(saved, path)
+        fitting = self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING
         reloaded = checkpoint.get("reloaded_weights", [])
+        if fitting or reloaded:
+            self.refuse_other_setup(saved, path, only=None if fitting else self.START_CHECKS)
         if not reloaded:
             return
-        self.refuse_other_setup(saved, path, only=self.START_CHECKS)
         own = self.state_dict()
         unknown = [name for name in reloaded if name not in own]
         if unknown:
