@@ -1,7 +1,7 @@
 """The evaluation command line: evaluate a policy on a split, or compare two results directories (paired).
 
-    python -m apo_lightning.eval evaluate --model data/models/tiny-sft --data-dir ../shared/webshop_data --split test
-    python -m apo_lightning.eval evaluate --model rule --data-dir ../shared/webshop_data       # random | rule | oracle
+    python -m apo_lightning.eval evaluate --model data/models/tiny-sft --data-dir data/webshop_1k --split test
+    python -m apo_lightning.eval evaluate --model rule --data-dir data/webshop_1k             # random | rule | oracle
     python -m apo_lightning.eval evaluate --model X --split val --samples 8 --temperature 1.0  # exploration: pass@k
     python -m apo_lightning.eval compare results/reference results/apo                      # B against A, paired
     python -m apo_lightning.eval compare --common-goals results/train1024_x results/train2048_y  # on the shared goals

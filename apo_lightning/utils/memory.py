@@ -5,8 +5,8 @@ the top of the heap, so a process stays as large as its largest phase: after a r
 step's activations are freed, their pages remain resident while the next phase allocates other shapes elsewhere.
 Two training processes on one machine can then run out of memory with most of it free inside them.
 :func:`release_free_memory` returns those pages (``malloc_trim(0)``); the rollout engine calls it after every batch
-of episodes and the RL module after every training step. docs/experiments.md ("A\\*-PO from the SFT adapter")
-measures it.
+of episodes and the RL module after every training step. docs/experiments.md ("A\\*-PO from the SFT adapter: stage
+2, five updates in the budget") measures it.
 
 That returns memory between phases, not within one. Inside a training step glibc's *dynamic* mmap threshold does
 the damage: a large block (``M_MMAP_THRESHOLD``, 128 KiB at start) gets its own pages and goes back to the OS when

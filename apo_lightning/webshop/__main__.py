@@ -1,7 +1,7 @@
 """Command line: ``python -m apo_lightning.webshop download|play|serve``: the WebShop data, the env by hand.
 
     python -m apo_lightning.webshop download                      # the WebShop 1k files into data/webshop_1k
-    python -m apo_lightning.webshop play --data-dir ../shared/webshop_data --goal-index 3
+    python -m apo_lightning.webshop play --data-dir data/webshop_1k --goal-index 3
     python -m apo_lightning.webshop serve --record demos.jsonl     # shop in a browser at http://127.0.0.1:3000/
 
 ``download`` fetches items_shuffle_1000.json, items_ins_v2_1000.json and items_human_ins.json from public mirrors

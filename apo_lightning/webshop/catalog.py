@@ -1,9 +1,9 @@
 """Product catalog: reading WebShop's raw data files and processing them exactly as the original does.
 
 Source: princeton-nlp/WebShop ``web_agent_site/engine/engine.py`` (``load_products``, ``clean_product_keys``,
-``generate_product_prices``) at commit 64fa2a5c; WEBSHOP_SPEC.md §1. The processed product dicts carry the same
-keys and values as the original's (``Title``, ``Description``, ``BulletPoints``, ``Price``, ``pricing``,
-``options``, ``option_to_image``, ``Attributes``, ``Reviews``, ``Rating``, ``MainImage``, ...).
+``generate_product_prices``) at commit 64fa2a5c; docs/webshop.md, "What is reproduced". The processed product dicts
+carry the same keys and values as the original's (``Title``, ``Description``, ``BulletPoints``, ``Price``,
+``pricing``, ``options``, ``option_to_image``, ``Attributes``, ``Reviews``, ``Rating``, ``MainImage``, ...).
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from ..utils.files import read_json
 
 log = logging.getLogger(__name__)
 
-#: Candidate file names, first found wins. The real 1k set ships the first name upstream; the shared copy of it
-#: is the ``.reconstructed`` file (see the data folder's SOURCE.md); the synthetic catalog writes the first. The full
-#: catalog (about 1.18 M products, upstream's ``setup.sh -d all``) is ``items_shuffle.json`` with ``items_ins_v2.json``.
+#: Candidate file names, first found wins. The real 1k set ships the first name upstream; its reconstruction from the
+#: Lucene index is the ``.reconstructed`` file (docs/webshop.md, "Where it differs from the original"); the synthetic
+#: catalog writes the first. The full catalog (about 1.18 M products, upstream's ``setup.sh -d all``) is
+#: ``items_shuffle.json`` with ``items_ins_v2.json``.
 PRODUCT_FILES = ("items_shuffle_1000.json", "items_shuffle_1000.reconstructed.json", "items_shuffle.json")
 ATTRIBUTE_FILES = ("items_ins_v2_1000.json", "items_ins_v2.json")
 #: The attribute file that belongs with each product file, looked for first (a folder holding both sets pairs them).
@@ -132,7 +133,7 @@ def parse_price(pricing: str | None) -> tuple[list[float], str]:
 
 def process_product(p: Any, attributes: Mapping, human_attributes: Mapping, human_goals: bool, source: Path,
                     index: int) -> dict:
-    """Clean and enrich one raw product in place, as ``load_products`` does (WEBSHOP_SPEC.md §1 steps 1 and 4).
+    """Clean and enrich one raw product in place, as ``load_products`` does (``web_agent_site/engine/engine.py``).
 
     Args:
         p: one record of the product file.
@@ -220,7 +221,7 @@ def is_kept(p: dict, seen: set[str]) -> bool:
 def process_products(
     raw_products: Iterable, attributes: Mapping, human_attributes: Mapping, human_goals: bool, source: Path
 ) -> list[dict]:
-    """Clean and enrich raw products in file order, as ``load_products`` does (WEBSHOP_SPEC.md §1 steps 1–4).
+    """Clean and enrich raw products in file order, as ``load_products`` does (``web_agent_site/engine/engine.py``).
 
     Args:
         raw_products: the product file's records (modified in place, like the original).
@@ -388,7 +389,7 @@ def load_doc_tokens(path: Path) -> dict[str, list[str]]:
 def search_document(product: dict) -> str:
     """The indexed text of a product: ``lower(Title + ' ' + Description + ' ' + BulletPoints[0] + ' ' + options)``.
 
-    Source: ``search_engine/convert_product_file_format.py``; WEBSHOP_SPEC.md §4.5.
+    Source: ``search_engine/convert_product_file_format.py``; docs/webshop.md, "What is reproduced".
     """
     option_text = ", and ".join(f"{name}: {', '.join(values)}" for name, values in product["options"].items())
     bullet = product["BulletPoints"][0] if product["BulletPoints"] else ""

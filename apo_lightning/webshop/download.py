@@ -3,8 +3,8 @@
 The real 1k setting reads three files (WebShop's ``setup.sh -d small`` fetches them from Google Drive, which needs
 a sign-in today): ``items_shuffle_1000.json`` (the products), ``items_ins_v2_1000.json`` (attributes and synthetic
 instructions) and, for human goals only, ``items_human_ins.json``. This module downloads them from public mirrors
-and installs a file only when its size, SHA-256 and git blob id are those in :data:`MANIFEST` (the values of
-``../shared/webshop_data/SOURCE.md``).
+and installs a file only when its size, SHA-256 and git blob id are those in :data:`MANIFEST` (docs/webshop.md,
+"Getting the data").
 
 How a file is fetched:
 

@@ -2,7 +2,7 @@
 
 Source: princeton-nlp/WebShop ``web_agent_site/envs/web_agent_text_env.py`` (``WebAgentTextEnv.step``,
 ``get_available_actions``, ``SimServer.receive`` and its page handlers, ``SimBrowser``) and ``engine/engine.py``
-(``parse_action``); WEBSHOP_SPEC.md §3–4 and §6. The session keeps the original's URL string because two
+(``parse_action``); docs/webshop.md, "What is reproduced". The session keeps the original's URL string because two
 behaviours depend on it: which page '< Prev' returns to, and which option labels ``text_rich`` shows as clicked.
 """
 

@@ -2,8 +2,9 @@
 
 Source: princeton-nlp/WebShop ``web_agent_site/engine/goal.py`` (``get_synthetic_goals``, ``get_human_goals``) and
 ``envs/web_agent_text_env.py`` (``SimServer.__init__``: ``random.seed(233); random.shuffle(goals)``);
-WEBSHOP_SPEC.md §2. A goal is the original dict: asin, category, query, name, product_category, instruction_text,
-attributes, price_upper, goal_options (dict for synthetic goals, list of value strings for human goals), weight.
+docs/webshop.md, "What is reproduced". A goal is the original dict: asin, category, query, name, product_category,
+instruction_text, attributes, price_upper, goal_options (dict for synthetic goals, list of value strings for human
+goals), weight.
 """
 
 from __future__ import annotations

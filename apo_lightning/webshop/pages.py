@@ -3,7 +3,7 @@
 The original renders Jinja templates to HTML and strips them with BeautifulSoup
 (``WebAgentTextEnv.convert_html_to_text``, ``get_available_actions``). Here each page is built directly as the list
 of visible text nodes that BeautifulSoup would return for the rendered template, which gives the same
-observations without HTML (WEBSHOP_SPEC.md §3–4.3; checked against the golden episode files).
+observations without HTML (docs/webshop.md, "What is reproduced"; checked against the golden episode files).
 
 A node is ``(kind, text)`` with kind ``TEXT`` (plain text), ``BUTTON`` (text inside a <button>), ``LABEL`` (an
 option's label) or ``LINK`` (a product link on the results page). ``text`` is the raw node string.

@@ -2,9 +2,9 @@
 
 Source: princeton-nlp/WebShop ``web_agent_site/engine/goal.py`` (``get_reward``, ``get_type_reward``,
 ``get_attribute_reward``, ``get_option_reward``) and ``engine/normalize.py`` (``COLOR_SET``, ``normalize_color``) at
-commit 64fa2a5c; WEBSHOP_SPEC.md §5. Fuzzy matching is ``thefuzz.fuzz.token_set_ratio`` as thefuzz 0.22 computes
-it, reproduced with ``rapidfuzz``: ``str()`` of the input, code points 128–255 deleted (``force_ascii``), rapidfuzz's
-default processing, then ``int(round(score))``.
+commit 64fa2a5c; docs/webshop.md, "What is reproduced". Fuzzy matching is ``thefuzz.fuzz.token_set_ratio`` as
+thefuzz 0.22 computes it, reproduced with ``rapidfuzz``: ``str()`` of the input, code points 128–255 deleted
+(``force_ascii``), rapidfuzz's default processing, then ``int(round(score))``.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def alphabetic_nouns(name: str) -> list[str]:
     """Fallback "noun" tagger when no spaCy noun table is available: every alphabetic token, lower-cased.
 
     This is the stub tagger the first golden episode files used; against real spaCy it changes r_type only for
-    some non-target purchases (WEBSHOP_SPEC.md §5, SOURCE.md "A naive tagger").
+    some non-target purchases (docs/webshop.md, "How it is checked").
     """
     return _ALPHA_TOKEN.findall(name.lower())
 

@@ -1,4 +1,4 @@
-"""Lucene-compatible BM25 search over the WebShop catalogue (WEBSHOP_SPEC.md §4.5).
+"""Lucene-compatible BM25 search over the WebShop catalogue (docs/webshop.md, "What is reproduced").
 
 WebShop's ``engine.py`` sends every ``search[...]`` action to pyserini's ``LuceneSearcher.search(query, k=50)``,
 which runs Anserini's ``BagOfWordsQueryGenerator`` over Lucene 9.5's ``BM25Similarity(k1=0.9, b=0.4)``. This

@@ -1,6 +1,6 @@
 """``python -m apo_lightning.webshop serve``: WebShop in a browser, for people, driven by ``WebShopEnv``.
 
-    python -m apo_lightning.webshop serve --data-dir ../shared/webshop_data --split train --record my_sessions.jsonl
+    python -m apo_lightning.webshop serve --data-dir data/webshop_1k --split train --record my_sessions.jsonl
     python -m apo_lightning.webshop serve --replay results/rule/episodes.jsonl
 
 Each shopping session is a real env episode: the page a person sees is the env's current page (drawn by

@@ -2,7 +2,7 @@
 
 This plays the part of the original's ``SimServer`` minus the per-session state (that lives in
 ``WebShopEnv``): ``load_products`` + ``generate_product_prices`` + ``get_goals`` + the seed-233 shuffle +
-``init_search_engine`` (WEBSHOP_SPEC.md §1, §2, §4.5, §5).
+``init_search_engine`` (``web_agent_site/envs/web_agent_text_env.py``; docs/webshop.md, "What is reproduced").
 """
 
 from __future__ import annotations

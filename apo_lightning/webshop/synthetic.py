@@ -1,7 +1,7 @@
 """Deterministic synthetic WebShop catalog: the project's embedded default data set.
 
 When no real WebShop data is present, the CLI trains and evaluates on a catalog generated here. The files have
-exactly the raw formats of the real 1k set (WEBSHOP_SPEC.md §1, 2, 5 and webshop_data/SOURCE.md), so the loader,
+exactly the raw formats of the real 1k set (docs/webshop.md, "What is reproduced"), so the loader,
 the goal generator, BM25 search and the reward run on them unchanged:
 
 * ``items_shuffle_1000.json``: a list of raw product records (name, full_description, pricing, images,

@@ -2,11 +2,12 @@
 
 A goal says what to buy in its fields: ``query`` (the product search query), ``attributes``, ``goal_options`` and
 ``price_upper``. The reward reads those fields and the product's name and category (``reward.get_reward``,
-WEBSHOP_SPEC.md §5), never ``instruction_text``, so a reworded goal is the same goal: the same purchase scores the
-same. :func:`reword` writes a new instruction from the fields by a seeded choice among templates — the sentence
-frame, the order of attributes and options, how each option is introduced ("in size 28\\" x 28\\"", "The size should
-be ..."), how the price limit is phrased ("under $50", "My budget is 50.00 dollars") and whether the words are in one
-sentence or several. Attribute words, option values and the query stay verbatim (the reward matches them).
+``web_agent_site/engine/goal.py``), never ``instruction_text``, so a reworded goal is the same goal: the same
+purchase scores the same. :func:`reword` writes a new instruction from the fields by a seeded choice among templates
+— the sentence frame, the order of attributes and options, how each option is introduced ("in size 28\\" x 28\\"",
+"The size should be ..."), how the price limit is phrased ("under $50", "My budget is 50.00 dollars") and whether the
+words are in one sentence or several. Attribute words, option values and the query stay verbatim (the reward matches
+them).
 
 Two families of phrasings with no template in common: ``TRAIN`` (for training with varied wording) and ``HELDOUT``
 (for evaluation only: a policy trained on ``TRAIN`` has never seen its phrasings). Neither repeats the generator's
