@@ -1,6 +1,6 @@
 """Training-goal indices of the synthetic catalog grouped by product: P products that have at least K training
 goals, K of each product's goals, drawn with ``random.Random(seed)``; printed as a list for
-``--data.train_goal_indices`` (docs/experiments.md, "the quick start on goals grouped by product").
+``--data.train_goal_indices`` (docs/experiments.md, "More goals, fewer visits, longer runs").
 
     python docs/evidence/grouped_pool.py 16 4 0 > docs/evidence/pool16x4.txt
 """
