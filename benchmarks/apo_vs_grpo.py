@@ -1,6 +1,6 @@
 """A*-PO vs GRPO: wall time per training step and peak memory, in one run, on the same goals.
 
-    python benchmarks/apo_vs_grpo.py --model models/webshop-1k-ref --data-dir ../shared/webshop_data
+    python benchmarks/apo_vs_grpo.py --model models/webshop-1k-ref
 
 Each algorithm trains for ``--steps`` steps in its own process (so peak memory is its own: ``ru_maxrss`` on the
 CPU, ``torch.cuda.max_memory_allocated`` on a GPU) from the same policy, on the same batches of goals: A*-PO rolls
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
 import subprocess
@@ -73,7 +72,7 @@ def worker(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="models/webshop-1k-ref")
-    parser.add_argument("--data-dir", default=os.environ.get("APO_WEBSHOP_DATA", "../shared/webshop_data"))
+    parser.add_argument("--data-dir", default=None, help="WebShop data folder (default: the data rule)")
     parser.add_argument("--goals", type=int, default=8, help="goals per step (GRPO rolls out 4 per goal)")
     parser.add_argument("--train-goals", type=int, default=64, help="goal pool (stage 1 covers these)")
     parser.add_argument("--vstar-samples", type=int, default=4)

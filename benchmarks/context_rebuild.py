@@ -1,7 +1,7 @@
 """Sampled rollouts that outgrow the context budget: ``chat.rebuild_fill`` 1.0 (the baseline) against a lower fill.
 
-    python benchmarks/context_rebuild.py --data-dir ../shared/webshop_data
-    python benchmarks/context_rebuild.py --data-dir ../shared/webshop_data --fills 1.0 0.5 --context-budget 2048
+    python benchmarks/context_rebuild.py
+    python benchmarks/context_rebuild.py --fills 1.0 0.5 --context-budget 2048
 
 When the next turn does not fit ``chat.context_budget``, the engine rebuilds the context from the system and task
 messages and the most recent turns, and encodes it anew: the rebuilt segment's KV cache starts empty. At fill 1.0

@@ -1,6 +1,6 @@
 """Environment throughput on one core: env steps/s for rule and oracle episodes, and search latency.
 
-    python benchmarks/env_throughput.py --data-dir ../shared/webshop_data
+    python benchmarks/env_throughput.py
 
 Baseline measured in the same run: the same episodes with the search cache disabled (every ``search[...]`` runs
 BM25), so the ratio shows what the cache buys; the target is 2,000 steps/s overall.
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from apo_lightning.baselines.scripted import make_policy, play_episode
 from apo_lightning.webshop import WebShop, WebShopEnv
+from apo_lightning.webshop.datadir import resolve_data_dir
 
 TARGET_STEPS_PER_S = 2000.0
 
@@ -32,10 +33,12 @@ def steps_per_second(shop: WebShop, policy_name: str, goal_indices: list[int], m
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("APO_WEBSHOP_DATA", "../shared/webshop_data"))
+    parser.add_argument("--data-dir", default=None, help="WebShop data folder (default: the data rule)")
     parser.add_argument("--episodes", type=int, default=2000, help="goals per policy (from goal 0)")
     parser.add_argument("--mode", choices=("text", "text_rich"), default="text")
     args = parser.parse_args()
+    args.data_dir, description = resolve_data_dir(args.data_dir)
+    print(description)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
 
@@ -53,8 +56,8 @@ def main() -> None:
         print(f"{policy:6s}: {steps} steps  uncached {cold_rate:8.0f} steps/s   cached {warm_rate:8.0f} steps/s   "
               f"ratio {warm_rate / cold_rate:.2f}x   vs target {cold_rate / TARGET_STEPS_PER_S:.2f}x (uncached)")
 
-    golden = Path(args.data_dir) / "golden" / "bm25_top50_golden.jsonl"
-    queries = [json.loads(line)["query"] for line in open(golden)] if golden.exists() else \
+    golden = None if args.data_dir is None else Path(args.data_dir) / "golden" / "bm25_top50_golden.jsonl"
+    queries = [json.loads(line)["query"] for line in open(golden)] if golden and golden.exists() else \
         [g["instruction_text"] for g in shop.goals[:770]]
     latencies = []
     for query in queries:

@@ -1,6 +1,6 @@
 """How much of one A*-PO step's gradient is signal: gradients of disjoint trajectory batches, compared.
 
-    python benchmarks/gradient_signal.py --model models/webshop-1k-ref --data-dir ../shared/webshop_data
+    python benchmarks/gradient_signal.py --model models/webshop-1k-ref
     python benchmarks/gradient_signal.py --model models/webshop-1k-ref --batches 4 --batch-size 16 --threads 1
 
 Not a speed benchmark: a measurement that says whether a training step can move the policy in a useful direction.
@@ -42,6 +42,7 @@ from apo_lightning.apo.vstar import VStarCache, VStarTable
 from apo_lightning.apo.logprobs import generated_logprobs
 from apo_lightning.apo.logprobs import pack_generated
 from apo_lightning.webshop import WebShop
+from apo_lightning.webshop.datadir import resolve_data_dir
 
 
 def batch_gradient(model, trajectories, pad_id: int, table: VStarTable, beta2: float) -> tuple[torch.Tensor, float]:
@@ -59,7 +60,7 @@ def batch_gradient(model, trajectories, pad_id: int, table: VStarTable, beta2: f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="models/webshop-1k-ref")
-    parser.add_argument("--data-dir", default="../shared/webshop_data")
+    parser.add_argument("--data-dir", default=None, help="WebShop data folder (default: the data rule)")
     parser.add_argument("--vstar", default=None, help="V* cache file (default: the largest under data/vstar)")
     parser.add_argument("--pool", type=int, default=512, help="draw goals from the first N training goals")
     parser.add_argument("--batches", type=int, default=4)
@@ -68,6 +69,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    args.data_dir, description = resolve_data_dir(args.data_dir)
+    print(description)
     torch.set_num_threads(args.threads)
 
     tables = sorted(Path("data/vstar").glob("*.json"), key=os.path.getsize)

@@ -1,6 +1,6 @@
 """The loss's passes over real trajectories: one segment at a time (cut to length) against one padded batch.
 
-    python benchmarks/loss_passes.py --model models/webshop-1k-ref --data-dir ../shared/webshop_data
+    python benchmarks/loss_passes.py --model models/webshop-1k-ref
     python benchmarks/loss_passes.py --model models/webshop-1k-ref --trajectories 32 --threads 1
 
 The policy plays ``--trajectories`` real training goals once (temperature 1.0, full history), then the same
@@ -34,6 +34,7 @@ from apo_lightning.rollout.collate import collate_trajectories
 from apo_lightning.rollout.engine import RolloutEngine
 from apo_lightning.apo.logprobs import generated_logprobs
 from apo_lightning.webshop import WebShop
+from apo_lightning.webshop.datadir import resolve_data_dir
 
 
 def time_passes(per_segment: bool, policy, reference, batch: dict, repeats: int) -> tuple[float, torch.Tensor]:
@@ -54,12 +55,14 @@ def time_passes(per_segment: bool, policy, reference, batch: dict, repeats: int)
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="models/webshop-1k-ref")
-    parser.add_argument("--data-dir", default="../shared/webshop_data")
+    parser.add_argument("--data-dir", default=None, help="WebShop data folder (default: the data rule)")
     parser.add_argument("--trajectories", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=3)
     args = parser.parse_args(argv)
+    args.data_dir, description = resolve_data_dir(args.data_dir)
+    print(description)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 

@@ -2,7 +2,7 @@
 SmolLM2-135M-Instruct also decode speed against the memory-bandwidth bound and against Hugging Face ``generate``.
 
     python benchmarks/rollout_throughput.py                  # tiny default policy, then SmolLM2-135M-Instruct
-    python benchmarks/rollout_throughput.py --skip-tiny --data-dir ../shared/webshop_data
+    python benchmarks/rollout_throughput.py --skip-tiny --data-dir data/webshop_1k     # the real 1k set (the download folder)
     python benchmarks/rollout_throughput.py --skip-smollm2 --threads 2
 
 The tiny default policy (``TinyPolicySpec()``: 4 layers, width 192, 4k BPE vocabulary) is built

@@ -1,7 +1,7 @@
 """One SFT training step of the tiny policy, through the full logits against the generated positions only.
 
-    python benchmarks/sft_step.py --data-dir ../shared/webshop_data
-    python benchmarks/sft_step.py --data-dir ../shared/webshop_data --threads 2 --batches 5
+    python benchmarks/sft_step.py
+    python benchmarks/sft_step.py --threads 2 --batches 5
 
 The turn drills (``baselines/drills.py``) and the SFT module (``lit/sft_module.py``) learn only the reply tokens, a few
 percent of each sequence. Each batch below is timed (forward + backward, wall seconds) both ways on the same model:
@@ -44,6 +44,7 @@ from apo_lightning.rollout.collate import pad_batch
 from apo_lightning.rollout.engine import RolloutEngine
 from apo_lightning.apo.logprobs import sft_loss
 from apo_lightning.webshop import WebShop, WebShopEnv
+from apo_lightning.webshop.datadir import resolve_data_dir
 
 
 def full_logits_loss(model, batch: dict) -> torch.Tensor:
@@ -112,7 +113,7 @@ def demonstration_batches(shop: WebShop, chat: ChatFormat, model, tokenizer, cou
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data-dir", default="../shared/webshop_data")
+    parser.add_argument("--data-dir", default=None, help="WebShop data folder (default: the data rule)")
     parser.add_argument("--model", default=None, help="a policy directory (default: a fresh tiny policy)")
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--drill-batch", type=int, default=32)
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    args.data_dir, description = resolve_data_dir(args.data_dir)
+    print(description)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     chat = ChatFormat()

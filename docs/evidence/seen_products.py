@@ -3,8 +3,8 @@ products can have learned), with Wilson 95 % intervals; with ``--pool N``, split
 one of an RL run's pool (the first N training goals); with ``--reference DIR``, also the goals won and lost against
 that reference's results on the same goals.
 
-    APO_WEBSHOP_DATA=../shared/webshop_data python docs/evidence/seen_products.py results/webshop-1k-ref
-    APO_WEBSHOP_DATA=../shared/webshop_data python docs/evidence/seen_products.py --pool 256 \
+    python docs/evidence/seen_products.py results/webshop-1k-ref
+    python docs/evidence/seen_products.py --pool 256 \
         --reference results/webshop-1k-ref results/real_succ_b100_reuse8_last
     python docs/evidence/seen_products.py --data-dir synthetic results/quickstart-ref
 """

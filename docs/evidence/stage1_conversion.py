@@ -2,7 +2,7 @@
 success on the goals where at least one of stage 1's N reference samples succeeded, and on the goals where all N
 failed (where A*-PO with V* at the samples' mean gets a signal only from a fresh rollout that succeeds).
 
-    APO_WEBSHOP_DATA=../shared/webshop_data python -m apo_lightning.eval evaluate --model models/webshop-1k-ref \
+    python -m apo_lightning.eval evaluate --model models/webshop-1k-ref \
         --split train --limit 1024 --max-steps 15 --max-new-tokens 64 --valid-clicks --processes 2 \
         --results-dir results/train1024_webshop-1k-ref          # the same for each trained policy (data/models/<run>)
     python docs/evidence/stage1_conversion.py data/vstar/<key>.json results/train1024_webshop-1k-ref \
