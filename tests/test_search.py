@@ -1,4 +1,4 @@
-"""Tests for the Lucene-compatible analyzer and BM25 engine (apo_lightning/webshop/search.py, WEBSHOP_SPEC §4.5).
+"""Tests for the Lucene-compatible analyzer and BM25 engine (apo_lightning/webshop/search.py; docs/webshop.md).
 
 The golden tests compare against real Anserini 0.22.1 / Lucene 9.5 output (golden/bm25_top50_golden.jsonl); the
 unit tests need no data.

@@ -38,14 +38,15 @@ def load(folder: Path, name: str):
 
 
 def parse_pricing(pricing: str) -> list[float]:
-    """WEBSHOP_SPEC.md §1: split on '$', drop the first piece, keep digits and '.', float via Decimal; '' -> 100."""
+    """As WebShop's ``load_products`` (web_agent_site/engine/engine.py): split on '$', drop the first piece, keep
+    digits and '.', float via Decimal; '' -> 100."""
     if not pricing:
         return [100.0]
     return [float(Decimal(re.sub(r"[^\d.]", "", piece))) for piece in pricing.split("$")[1:]][:2]
 
 
 def process_options(customization_options) -> dict[str, list[str]]:
-    """WEBSHOP_SPEC.md §1: name.lower(); value.strip(), '/' -> ' | ', lower(); None contents skipped."""
+    """As WebShop's ``load_products``: name.lower(); value.strip(), '/' -> ' | ', lower(); None contents skipped."""
     if not customization_options:
         return {}
     return {name.lower(): [c["value"].strip().replace("/", " | ").lower() for c in contents]
@@ -59,7 +60,8 @@ def stem(word: str) -> str:
 
 
 def synthetic_goal_count(products: list[dict], attributes: dict) -> int:
-    """§2.1: one goal per option-value combination of every product with an instruction."""
+    """As WebShop's ``get_synthetic_goals`` (web_agent_site/engine/goal.py): one goal per option-value combination
+    of every product with an instruction."""
     return sum(math.prod(len(v) for v in process_options(p["customization_options"]).values())
                for p in products if "instruction" in attributes[p["asin"]])
 
@@ -96,12 +98,12 @@ def test_same_seed_gives_identical_bytes_and_another_seed_differs(tmp_path):
 #: (apo_lightning/webshop/data/synthetic_vocabulary.json) or the generator changes them: bump GENERATOR_VERSION and
 #: record the new hashes here.
 SEED0_SHA256 = {
-    "SOURCE.md": "2023ddbc22c8e0607b9e6423d81569ef60b283ebf9f80adc704ac57f926d4387",
-    "catalog.json": "47205d0235fa72f1fadcf6c0962689c87e18cff6535e1072ab8a06f5d77c35ac",
+    "SOURCE.md": "d84d2ce3c171ed1bfb1f1eecdddd907c5ed0059b6e56b2a7ef2c45700ed2c9d1",
+    "catalog.json": "502573c92fccc5586e1038b33d70806581685aed408a265d7d48ce9d8183b478",
     "items_human_ins.json": "36e93a121ffeb8fd7b51edbe850b9d86bd4069e4b6194320b55965d7d9f9b4ef",
     "items_ins_v2_1000.json": "1d915ce2baeeaf21ef2c297496ef458d5c47d90bf54016b0ae68b6fa4d9f97a9",
     "items_shuffle_1000.json": "ee827227fd9e3b3f90d92b5e989e4122e335cb95308dca9a949482f27d005f5d",
-    "title_nouns.json": "47f32f4ffa6b607e83d146de2ca3ce3a1324d5a1a2d87e2855681f965050f805",
+    "title_nouns.json": "3b858831d2a25716017d67feb17e16ddd0a774bc6377770c2eca0389f2417178",
 }
 
 

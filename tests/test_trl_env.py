@@ -200,7 +200,7 @@ def test_trl_grpo_trainer_runs_two_optimizer_steps_on_episodes_played_through_th
 
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_steps=2,
                       max_completion_length=3072, max_tool_calling_iterations=4, learning_rate=1e-2,
-                      logging_steps=1, report_to="none", use_cpu=True, save_strategy="no", seed=0)
+                      logging_steps=1, report_to="none", use_cpu=True, bf16=False, save_strategy="no", seed=0)
     rows = goal_rows("train", limit=4)
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=args, train_dataset=Dataset.from_list(rows),
                           environment_factory=factory)
@@ -244,7 +244,8 @@ def test_trl_sft_teaches_the_tool_call_format_and_grpo_samples_the_taught_policy
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(REPO_ROOT / "models" / "quickstart-ref", dtype=torch.float32)
 
-    # SFT: 200 oracle episodes, one per step, cut at 1,800 tokens (the search call and the product click after the
+    # float32 throughout (bf16=False): TRL's default bfloat16 is emulated, and far slower, on a CPU without
+    # AVX512-BF16 or AMX. SFT: 200 oracle episodes, one per step, cut at 1,800 tokens (the search call and the product click after the
     # ~1,000-token prompt, whose tool schemas alone take ~800): the format is the same at every turn, and the cut
     # keeps it within a CPU minute or two. Loss on the assistant turns only (TRL's training template marks them).
     sft_rows = oracle_sft_rows(WebShopToolEnv(split="train"), goal_rows("train", limit=200))
@@ -252,7 +253,7 @@ def test_trl_sft_teaches_the_tool_call_format_and_grpo_samples_the_taught_policy
                      args=SFTConfig(output_dir=str(tmp_path / "sft"), max_steps=200, per_device_train_batch_size=1,
                                     learning_rate=3e-3, lr_scheduler_type="constant", assistant_only_loss=True,
                                     max_length=1800, gradient_checkpointing=False, logging_steps=10,
-                                    report_to="none", use_cpu=True, save_strategy="no", seed=0))
+                                    report_to="none", use_cpu=True, bf16=False, save_strategy="no", seed=0))
     sft.train()
     losses = [h["loss"] for h in sft.state.log_history if "loss" in h]
     assert losses[-1] < losses[0] / 5
@@ -264,7 +265,7 @@ def test_trl_sft_teaches_the_tool_call_format_and_grpo_samples_the_taught_policy
     args = GRPOConfig(output_dir=str(tmp_path / "grpo"), per_device_train_batch_size=4, num_generations=2,
                       max_steps=2, max_completion_length=3200, max_tool_calling_iterations=8, temperature=0.5,
                       learning_rate=1e-3, gradient_checkpointing=False, logging_steps=1, report_to="none",
-                      use_cpu=True, save_strategy="no", seed=0)
+                      use_cpu=True, bf16=False, save_strategy="no", seed=0)
     rows = goal_rows("train")[200:204]  # goals the SFT did not show
     trainer = GRPOTrainer(model=model, reward_funcs=tool_call_format, processing_class=tokenizer, args=args,
                           train_dataset=Dataset.from_list(rows), environment_factory=factory)

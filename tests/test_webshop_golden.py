@@ -1,6 +1,7 @@
 """The environment against the golden fixtures made with the original WebShop code (exact equality everywhere).
 
-See ../shared/webshop_data/SOURCE.md for how each fixture was generated.
+The fixtures come with the real data (docs/webshop.md, "How it is checked"); the SOURCE.md beside them says how
+each was generated.
 """
 
 import functools

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 #: The generator's name as recorded in the files (not ``__name__``, which is "__main__" under ``python -m``).
 GENERATOR = "apo_lightning.webshop.synthetic"
 #: Bump whenever the output for a given (seed, num_products) changes, so ``ensure_catalog`` regenerates old folders.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 PRODUCTS_FILE = "items_shuffle_1000.json"
 ATTRIBUTES_FILE = "items_ins_v2_1000.json"
@@ -589,7 +589,8 @@ def _source_md(seed: int, num_products: int, contents: dict[str, bytes], stats: 
 This folder was written by `{GENERATOR}` (generator version {GENERATOR_VERSION}) with seed {seed} and
 {num_products} products. It is **synthetic**: every product, brand, instruction and human record is composed from
 the word tables in that module; none comes from Amazon or the WebShop data. The files have the raw formats of the
-real WebShop 1k set (see WEBSHOP_SPEC.md §1-2), so the same loader, goals, search and reward run on them.
+real WebShop 1k set (docs/webshop.md in the apo_lightning repository), so the same loader, goals, search and reward
+run on them.
 
 Regenerate with:
 
