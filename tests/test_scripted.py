@@ -83,3 +83,19 @@ def test_evaluate_command_prints_metrics_json_last_and_writes_results(real_data_
     assert [r["goal_index"] for r in records] == list(range(20)) and {r["method"] for r in records} == {"rule"}
     summary = (tmp_path / "rule" / "summary.csv").read_text().splitlines()
     assert summary[0].startswith("method,split,episodes,success_rate,score,avg_turns,invalid_reply_rate")
+
+
+def test_evaluate_skip_evaluates_a_split_in_parts_that_join_to_one_run(real_data_dir, tmp_path, capsys):
+    common = ["evaluate", "--data-dir", str(real_data_dir), "--model", "rule", "--split", "test"]
+    main(common + ["--limit", "12", "--results-dir", str(tmp_path / "whole")])
+    main(common + ["--limit", "7", "--results-dir", str(tmp_path / "first")])
+    main(common + ["--skip", "7", "--limit", "5", "--results-dir", str(tmp_path / "rest")])
+    capsys.readouterr()
+    def records(name):
+        return [json.loads(line) for line in (tmp_path / name / "episodes.jsonl").read_text().splitlines()]
+    assert [r["goal_index"] for r in records("rest")] == list(range(7, 12))
+    assert records("first") + records("rest") == records("whole")
+    with pytest.raises(SystemExit, match="--skip 500: the test split has 500 goals"):
+        main(common + ["--skip", "500"])
+    with pytest.raises(SystemExit, match="--skip -1 --limit 0: both must be >= 0"):
+        main(common + ["--skip", "-1"])

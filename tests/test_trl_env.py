@@ -245,9 +245,10 @@ def test_trl_sft_teaches_the_tool_call_format_and_grpo_samples_the_taught_policy
     model = AutoModelForCausalLM.from_pretrained(REPO_ROOT / "models" / "quickstart-ref", dtype=torch.float32)
 
     # float32 throughout (bf16=False): TRL's default bfloat16 is emulated, and far slower, on a CPU without
-    # AVX512-BF16 or AMX. SFT: 200 oracle episodes, one per step, cut at 1,800 tokens (the search call and the product click after the
-    # ~1,000-token prompt, whose tool schemas alone take ~800): the format is the same at every turn, and the cut
-    # keeps it within a CPU minute or two. Loss on the assistant turns only (TRL's training template marks them).
+    # AVX512-BF16 or AMX. SFT: 200 oracle episodes, one per step, cut at 1,800 tokens (the search call and the
+    # product click after the ~1,000-token prompt, whose tool schemas alone take ~800): the format is the same at
+    # every turn, and the cut keeps it within a few CPU minutes. Loss on the assistant turns only (TRL's training
+    # template marks them).
     sft_rows = oracle_sft_rows(WebShopToolEnv(split="train"), goal_rows("train", limit=200))
     sft = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=sft_dataset(sft_rows),
                      args=SFTConfig(output_dir=str(tmp_path / "sft"), max_steps=200, per_device_train_batch_size=1,

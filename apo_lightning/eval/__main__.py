@@ -50,7 +50,11 @@ def evaluate_command(args: argparse.Namespace) -> dict:
                     split_scheme=args.split_scheme, max_steps=args.max_steps, wording=args.wording,
                     wording_seed=args.wording_seed)
     shop = env.shop(announce=False)  # said above; the rollouts below find it in the same per-process cache
-    goals = env.split(args.split)[: args.limit or None]
+    if args.skip < 0 or args.limit < 0:
+        raise SystemExit(f"error: --skip {args.skip} --limit {args.limit}: both must be >= 0")
+    goals = env.split(args.split)[args.skip: args.skip + args.limit if args.limit else None]
+    if not goals:
+        raise SystemExit(f"error: --skip {args.skip}: the {args.split} split has {len(env.split(args.split))} goals")
     start = time.perf_counter()
     if args.model in SCRIPTED:
         if args.samples:
@@ -94,6 +98,8 @@ def save_outcomes(args: argparse.Namespace, trajectories) -> None:
     card keeps one, and a test replays it)."""
     settings = {k: getattr(args, k) for k in ("data_dir", "goals", "catalog_seed", "split", "split_scheme", "limit",
                                               "max_steps", "max_new_tokens", "history_turns", "context_budget")}
+    if args.skip:
+        settings.update(skip=args.skip)
     if args.one_shot:
         settings.update(one_shot=True)
     if args.wording != "original":
@@ -165,7 +171,10 @@ def main(argv: list[str] | None = None) -> dict:
                     help="the instructions' words: the generator's (original), or each goal's rewritten from its own "
                          "fields in the held-out or the training family of phrasings; the same goals and reward")
     ev.add_argument("--wording-seed", type=int, default=0, help="seeds the rewording (with the goal index)")
-    ev.add_argument("--limit", type=int, default=0, help="only the first N goals of the split")
+    ev.add_argument("--limit", type=int, default=0, help="only the first N goals of the split (after --skip)")
+    ev.add_argument("--skip", type=int, default=0,
+                    help="leave out the first N goals of the split: evaluate it in parts (N a multiple of "
+                         "--batch-size gives each goal the batch it has in one run)")
     ev.add_argument("--batch-size", type=int, default=32, help="episodes per rollout batch")
     ev.add_argument("--max-steps", type=int, default=15, help="env steps (turns) per episode")
     ev.add_argument("--max-new-tokens", type=int, default=64)
