@@ -6,7 +6,10 @@ comparison: both produce ``Trajectory`` objects.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
+import signal
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -135,6 +138,18 @@ def _rollout_part_star(args) -> list[Trajectory]:
     return _rollout_part(*args)
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
+
+
+def _end_with_parent(parent: int) -> None:
+    """Pool initializer: the worker gets SIGTERM when the process that started it ends, killed or not (Linux's
+    ``prctl(PR_SET_PDEATHSIG)``; elsewhere nothing), so a killed ``evaluate`` leaves no worker holding the cores."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent ended before the request was made
+            os._exit(1)
+
+
 def run_rollouts(job: PolicyRollouts, goals: Sequence[int], processes: int = 1) -> list[Trajectory]:
     """Roll out ``job`` on ``goals`` in ``processes`` processes, in goal order (samples of a goal together).
 
@@ -148,5 +163,5 @@ def run_rollouts(job: PolicyRollouts, goals: Sequence[int], processes: int = 1) 
     batches = (len(repeated) + job.batch_size - 1) // job.batch_size
     per = (batches + processes - 1) // processes * job.batch_size
     parts = [(job, repeated[i:i + per], i, i == 0, i // per) for i in range(0, len(repeated), per)]
-    with multiprocessing.get_context("spawn").Pool(len(parts)) as pool:
+    with multiprocessing.get_context("spawn").Pool(len(parts), _end_with_parent, (os.getpid(),)) as pool:
         return [t for part in pool.map(_rollout_part_star, parts) for t in part]
