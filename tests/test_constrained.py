@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from apo_lightning.apo.logprobs import token_logprobs
 from apo_lightning.models.loading import load_policy
 from apo_lightning.rollout.collate import collate_trajectories
 from apo_lightning.rollout.constrained import ClickConstraint, open_click
 from apo_lightning.rollout.engine import RolloutEngine
 from apo_lightning.webshop import WebShop, WebShopEnv
+
+from logprob_reference import token_logprobs
 
 REFERENCE = Path(__file__).resolve().parents[1] / "models" / "quickstart-ref"
 REFUSED_FIRST_CLICK = [13, 32, 33]  # test goals whose greedy episode starts with a product click the env refuses

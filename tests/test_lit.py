@@ -886,7 +886,7 @@ def test_ddp_two_processes_share_the_work_agree_and_resume_exactly(workdir, tmp_
     common = ["fit", "--config", SMOKE, *QUIET, "--trainer.strategy=ddp_fork", "--trainer.devices=2",
               "--data.steps_per_epoch=4", "--data.vstar.cache_dir=vstar_ddp", "--trainer.max_steps=3",
               "--trainer.callbacks=[]", "--trainer.logger=false"]
-    audit = ["--trainer.callbacks+=apo_lightning.lit.callbacks.RankAudit", "--trainer.callbacks.out_dir={}"]
+    audit = ["--trainer.callbacks+=tests.rank_audit.RankAudit", "--trainer.callbacks.out_dir={}"]
     keep = ["--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
             f"--trainer.callbacks.dirpath={checkpoints}", "--trainer.callbacks.filename={step}",
             "--trainer.callbacks.save_top_k=-1", "--trainer.callbacks.every_n_train_steps=1"]
@@ -923,7 +923,7 @@ def test_ddp_with_the_script_launcher(workdir, tmp_path):
     audit = tmp_path / "audit"
     command = [sys.executable, str(REPO / "cli.py"), "fit", "--config", SMOKE, *QUIET, "--trainer.strategy=ddp",
                "--trainer.devices=2", "--trainer.max_steps=2", *NO_CHECKPOINTS,
-               "--trainer.callbacks+=apo_lightning.lit.callbacks.RankAudit", f"--trainer.callbacks.out_dir={audit}"]
+               "--trainer.callbacks+=tests.rank_audit.RankAudit", f"--trainer.callbacks.out_dir={audit}"]
     subprocess.run(command, check=True, cwd=workdir, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     ranks = [json.loads((audit / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["global_step"] for r in ranks] == [2, 2] and not set(ranks[0]["goals"]) & set(ranks[1]["goals"])

@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from apo_lightning.apo import logprobs
-from apo_lightning.apo.logprobs import generated_logprobs, generated_nll, pack_generated, sft_loss, token_logprobs
+from apo_lightning.apo.logprobs import generated_logprobs, generated_nll, pack_generated, sft_loss
+
+from logprob_reference import token_logprobs
 
 
 def test_pack_generated_gathers_each_trajectorys_tokens_across_segments():

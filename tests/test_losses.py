@@ -10,11 +10,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from apo_lightning.apo.logprobs import sequence_logprob, sft_loss, token_logprobs
+from apo_lightning.apo.logprobs import sft_loss
 from apo_lightning.apo.objectives import PackedBatch, kl_statistics
 from apo_lightning.apo.objectives.apo import apo_loss
 from apo_lightning.apo.objectives.grpo import grpo_advantages, grpo_loss
 from apo_lightning.apo.vstar import v_star_from_rewards
+
+from logprob_reference import sequence_logprob, token_logprobs
 
 
 def t(x, **kw):

@@ -17,13 +17,14 @@ import pytest
 import torch
 
 from apo_lightning.rollout.chat import ChatFormat
-from apo_lightning.apo.logprobs import token_logprobs
 from apo_lightning.baselines.demonstrations import OracleDemonstrator, oracle_demonstrations
 from apo_lightning.models.tiny import TinyPolicySpec, build_tiny_model, train_tiny_tokenizer
 from apo_lightning.rollout.collate import collate_trajectories
 from apo_lightning.rollout.engine import RolloutEngine
 from apo_lightning.rollout.settings import RolloutSettings
 from apo_lightning.webshop import WebShop, WebShopEnv
+
+from logprob_reference import token_logprobs
 
 torch.set_num_threads(1)
 

@@ -166,7 +166,7 @@ def test_apo_with_vllm_on_two_ranks_resumes_exactly(vllm_python, workdir, tmp_pa
               "--data.vstar.cache_dir=vstar_vllm", "--data.rollout.backend=vllm",
               f"--data.rollout.vllm.python={vllm_python}", "--data.rollout.vllm.eager=true",
               "--data.rollout.vllm.dtype=float32", "--data.rollout.vllm.max_model_len=4096"]
-    audit = ["--trainer.callbacks+=apo_lightning.lit.callbacks.RankAudit", "--trainer.callbacks.out_dir={}"]
+    audit = ["--trainer.callbacks+=tests.rank_audit.RankAudit", "--trainer.callbacks.out_dir={}"]
     keep = ["--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
             f"--trainer.callbacks.dirpath={checkpoints}", "--trainer.callbacks.filename={step}",
             "--trainer.callbacks.save_top_k=-1", "--trainer.callbacks.every_n_train_steps=1"]

@@ -1,5 +1,5 @@
 """Callbacks: export the trained policy (a model directory or an adapter folder), lower CPU memory in training steps
-(``--low_cpu_memory``), and a per-rank audit used by the DDP tests."""
+(``--low_cpu_memory``), and a summary of a run for comparisons at equal wall time."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Literal
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from ..models.loading import export_policy
-from ..utils.hashing import hash_parameters
 from ..utils.memory import DEFAULT_MMAP_THRESHOLD, MAX_MMAP_THRESHOLD, map_large_allocations
 
 
@@ -49,31 +48,6 @@ class LowCPUMemory(Callback):
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
         map_large_allocations(MAX_MMAP_THRESHOLD)
-
-
-class RankAudit(Callback):
-    """Write ``rank{r}.json`` per process at the end of ``fit``: the goals it rolled out, the sampling seeds'
-    batch numbers, and a hash of its weights.
-
-    Args:
-        out_dir: where the files go.
-    """
-
-    def __init__(self, out_dir: str):
-        self.out_dir = Path(out_dir)
-        self.goals: list[int] = []
-        self.batches: list[int] = []
-
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
-        self.goals += [t.goal_index for t in batch["trajectories"]]
-        self.batches.append(batch["batch_number"])
-
-    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        record = {"rank": trainer.global_rank, "world_size": trainer.world_size, "goals": self.goals,
-                  "batches": self.batches, "parameters_sha256": hash_parameters(pl_module.policy),
-                  "global_step": trainer.global_step}
-        (self.out_dir / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
 
 
 class RunSummary(Callback):
