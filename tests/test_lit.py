@@ -818,7 +818,7 @@ def test_sft_resumes_its_course_exactly_from_a_mid_course_checkpoint(workdir, tm
     """Drills then demonstrations, resumed from a checkpoint in the drills and one in the demonstrations: the same
     batches, the same parameters. (``trainer.estimated_stepping_batches`` in ``configure_optimizers`` used to restart
     the course from batch 0 on resume: Lightning #20550.)"""
-    course = [*SFT_SMOKE, "--data.drills.steps=4", "--data.drills.checks_per_kind=0", "--data.eval_goals=0",
+    course = [*SFT_SMOKE, "--data.drills.steps=4", "--data.drills.checks_per_kind=0", "--data.val_goals=0",
               "--trainer.limit_val_batches=0", "--model.export_dir=null", "--trainer.logger=false"]
     straight = SFTBatches()
     cli = fit(*course, *checkpointing(tmp_path, after_validation=False), callbacks=[straight], config=SFT_CONFIG)
@@ -851,7 +851,7 @@ def test_sft_trains_drills_then_demonstrations_through_the_trainer_and_exports(w
 
     sft = ["fit", "--config", SFT_CONFIG, *QUIET, *SFT_SMOKE, "--trainer.enable_checkpointing=false",
            "--model.export_dir=data/models/sft-smoke", "--data.drills.steps=12", "--data.drills.checks_per_kind=1",
-           "--trainer.val_check_interval=1.0", "--data.drills.swap_values=0.5", "--data.eval_goals=2",
+           "--trainer.val_check_interval=1.0", "--data.drills.swap_values=0.5", "--data.val_goals=2",
            "--trainer.logger=lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir=logs"]
     cli = main(sft)
     data = cli.datamodule

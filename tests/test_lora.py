@@ -41,7 +41,7 @@ SFT_RUN = [*NO_CHECKPOINTS, "--trainer.devices=1", "--trainer.strategy=auto", f"
            "--data.tiny.num_heads=2", "--data.tiny.num_kv_heads=1", "--data.tiny.intermediate_size=64",
            "--data.tiny.corpus_goals=10", "--data.drills.steps=4", "--data.drills.batch_size=4",
            "--data.drills.checks_per_kind=0", "--data.num_demos=4", "--data.num_val_demos=2", "--data.demo_epochs=1",
-           "--data.batch_size=2", "--data.max_new_tokens=8", "--data.env.max_steps=10", "--data.eval_goals=0",
+           "--data.batch_size=2", "--data.max_new_tokens=8", "--data.env.max_steps=10", "--data.val_goals=0",
            "--trainer.limit_val_batches=0", "--model.learning_rate=0.01", "--model.warmup_steps=1",
            f"--model.export_dir={SFT_ADAPTER}", "--model.export_dtype=null", *LORA]
 #: A*-PO (configs/smoke.yaml) from the SFT adapter

@@ -174,7 +174,7 @@ def sft_module(tokenizer_dir: Path, cache: Path, **env_settings):
 
     module = SFTDataModule(env=EnvConfig(data_dir="synthetic", max_steps=10, **env_settings),
                            model_name_or_path=str(tokenizer_dir), num_demos=200, num_val_demos=20, demo_epochs=2,
-                           eval_goals=0, cache_dir=str(cache), drills=DrillSettings(steps=1, held_out_goals=10))
+                           val_goals=0, cache_dir=str(cache), drills=DrillSettings(steps=1, held_out_goals=10))
     module.setup("fit")
     return module
 
@@ -330,7 +330,7 @@ def test_a_tiny_sft_fit_trains_each_pass_on_its_own_drawn_words(workdir):
         "--trainer.logger=false", "--trainer.limit_val_batches=0", "--model.export_dir=null",
         "--model.model_name_or_path=data/models/reads-init", "--model.warmup_steps=1", "--data.drills.steps=2",
         "--data.drills.batch_size=4", "--data.drills.checks_per_kind=0", "--data.num_demos=8",
-        "--data.num_val_demos=2", "--data.demo_epochs=2", "--data.batch_size=2", "--data.eval_goals=0",
+        "--data.num_val_demos=2", "--data.demo_epochs=2", "--data.batch_size=2", "--data.val_goals=0",
         "--data.env.max_steps=10", "--data.env.vary_wording=true", "--data.env.original_share=0.25",
         callbacks=[batches])
     data = cli.datamodule

@@ -401,7 +401,7 @@ def sft_examples(shop, record, tmp_path, **settings):
         texts = [shop.goals[i]["instruction_text"] for i in shop.split("train")[:50]] + ["<think></think><answer>"]
         train_tiny_tokenizer(texts, tokenizer_dir, vocab_size=320)
     module = SFTDataModule(env=EnvConfig(data_dir="synthetic"), model_name_or_path=str(tokenizer_dir),
-                           num_demos=0, num_val_demos=0, eval_goals=0, cache_dir=str(tmp_path / "sft"),
+                           num_demos=0, num_val_demos=0, val_goals=0, cache_dir=str(tmp_path / "sft"),
                            recorded_demos=str(record), **settings)
     module.setup("fit")
     return module.train_examples, module.tokenizer

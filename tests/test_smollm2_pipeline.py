@@ -47,7 +47,7 @@ def pipeline_dir(tmp_path_factory, smollm2_base) -> Path:
 def sft_adapter(pipeline_dir, real_data_dir) -> Path:
     """One LoRA SFT step over two processes on four oracle demonstrations, no validation, exported to ADAPTER."""
     cli(pipeline_dir, real_data_dir, "fit", *SFT, *QUIET, "--trainer.max_steps=1", "--trainer.limit_val_batches=0",
-        "--data.num_demos=4", "--data.num_val_demos=0", "--data.eval_goals=0", "--data.batch_size=1",
+        "--data.num_demos=4", "--data.num_val_demos=0", "--data.val_goals=0", "--data.batch_size=1",
         f"--model.export_dir={ADAPTER}")
     return pipeline_dir / ADAPTER
 

@@ -103,7 +103,7 @@ class SFTDataModule(WebShopDataModule):
         demo_epochs: passes over the demonstrations after the drills.
         num_val_demos: demonstrations from validation goals, for the validation loss.
         batch_size: demonstrations per batch per process.
-        eval_goals: validation goals played greedily at each validation (``val/success_rate``, ``val/score``);
+        val_goals: validation goals played greedily at each validation (``val/success_rate``, ``val/score``);
             0 turns this off.
         eval_batch_size: episodes per rollout batch in that evaluation.
         max_new_tokens: reply token limit, as in RL (a longer oracle reply would be cut there).
@@ -119,13 +119,13 @@ class SFTDataModule(WebShopDataModule):
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
                  model_name_or_path: str = "data/models/tiny-init", tiny: TinyPolicySpec | None = None, seed: int = 0,
                  drills: DrillSettings = DrillSettings(), num_demos: int = 2000, demo_epochs: int = 1,
-                 num_val_demos: int = 64, batch_size: int = 4, eval_goals: int = 32, eval_batch_size: int = 32,
+                 num_val_demos: int = 64, batch_size: int = 4, val_goals: int = 32, eval_batch_size: int = 32,
                  max_new_tokens: int = 64, demo_noise: DemoNoise = DemoNoise(), cache_dir: str = "data/sft",
                  recorded_demos: str | None = None):
         super().__init__()
         for name, value, least in (("num_demos", num_demos, 0), ("demo_epochs", demo_epochs, 0),
                                    ("num_val_demos", num_val_demos, 0), ("batch_size", batch_size, 1),
-                                   ("eval_goals", eval_goals, 0), ("eval_batch_size", eval_batch_size, 1),
+                                   ("val_goals", val_goals, 0), ("eval_batch_size", eval_batch_size, 1),
                                    ("max_new_tokens", max_new_tokens, 1)):
             if value < least:
                 raise ValueError(f"{name} must be >= {least}, got {value}")
@@ -139,7 +139,7 @@ class SFTDataModule(WebShopDataModule):
         self.demo_epochs = demo_epochs
         self.num_val_demos = num_val_demos
         self.batch_size = batch_size
-        self.eval_goals = eval_goals
+        self.val_goals = val_goals
         self.eval_batch_size = eval_batch_size
         self.max_new_tokens = max_new_tokens
         self.demo_noise = demo_noise
@@ -261,7 +261,7 @@ class SFTDataModule(WebShopDataModule):
         demos = [self.val_examples[i:i + self.batch_size] for i in range(0, len(self.val_examples), self.batch_size)]
         loaders: list = [ChunkStream(demos[self.rank::self.world_size], 1,
                                      lambda chunk: pad_batch(chunk[0], self.tokenizer.pad_token_id))]
-        goals = self.env.split("val")[: self.eval_goals]
+        goals = self.env.split("val")[: self.val_goals]
         loaders.append(ChunkStream(goals[self.rank::self.world_size], self.eval_batch_size, self._rollout_batch))
         if self.drills.steps and self.drills.checks_per_kind:
             loaders.append(ChunkStream([list(DRILL_PAGES)], 1, lambda chunk: self._drill_check_batch(chunk[0])))
