@@ -376,7 +376,7 @@ def test_rank_0_from_an_adapter_fine_tunes_it_merged_against_itself(sft_run):
 
 
 def test_sft_refuses_to_resume_under_other_lora_settings(sft_run):
-    """The SFT record holds the LoRA settings; a record without them (full fine-tuning) resumes at rank 0 only."""
+    """The SFT record holds the LoRA settings; a record without them, or no record, is refused."""
     cli, _ = sft_run
     saved = cli.model.training_setup()
     assert saved["lora"] == repr(LoraSettings(rank=4, alpha=8))
@@ -386,7 +386,11 @@ def test_sft_refuses_to_resume_under_other_lora_settings(sft_run):
         full.refuse_other_setup(saved, "x.ckpt")
     full.configure_model()
     older = {k: v for k, v in full.training_setup().items() if k != "lora"}
-    full.refuse_other_setup(older, "x.ckpt")
+    with pytest.raises(SettingError, match="was trained with lora None"):
+        full.refuse_other_setup(older, "x.ckpt")
+    with pytest.raises(SettingError, match="x.ckpt has no training_setup record"):
+        full.refuse_other_setup(None, "x.ckpt")
+    full.refuse_other_setup(full.training_setup(), "x.ckpt")
     lora = SFTModule(model_name_or_path=BASE, lora=LoraSettings(rank=4, alpha=8))
     with pytest.raises(SettingError, match="lora"):
         lora.refuse_other_setup(older, "x.ckpt")

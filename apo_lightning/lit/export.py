@@ -28,15 +28,18 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, like: str, dt
     LoRA checkpoint leaves out (its ``reloaded_weights``) are those of ``like``, the start the run loaded.
 
     Raises:
-        ValueError: the checkpoint holds no policy weights, or they do not fit the architecture of ``like``
-            (names the missing and unexpected keys).
+        ValueError: the checkpoint holds no policy weights or no LoRA settings, or its weights do not fit the
+            architecture of ``like`` (names the missing and unexpected keys).
     """
     saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
     weights = {k[len("policy."):]: v for k, v in saved["state_dict"].items() if k.startswith("policy.")}
     if not weights:
         raise ValueError(f"{checkpoint} holds no policy weights (no 'policy.*' keys)")
     reloaded = {k[len("policy."):] for k in saved.get("reloaded_weights", []) if k.startswith("policy.")}
-    lora = saved.get("hyper_parameters", {}).get("lora") or LoraSettings()
+    lora = saved.get("hyper_parameters", {}).get("lora")
+    if lora is None:
+        raise ValueError(f"{checkpoint} records no LoRA settings (hyper_parameters.lora): it was not written by "
+                         "this version's cli.py fit")
     lora = LoraSettings(**lora) if isinstance(lora, dict) else lora
     # as the run built it: the RL module keeps an adapter folder's frozen adapter beside its trained copy
     keep = any(f".{REFERENCE_ADAPTER}." in k for k in weights.keys() | reloaded)

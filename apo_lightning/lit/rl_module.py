@@ -333,5 +333,5 @@ class WebShopRLModule(CheckedResume, LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Restore the count of skipped steps; in ``fit``, refuse a checkpoint trained under another objective,
         reference or LoRA setting (``CheckedResume``)."""
-        self.skipped_nonfinite = checkpoint.get("skipped_nonfinite", 0)
+        self.skipped_nonfinite = checkpoint["skipped_nonfinite"]
         super().on_load_checkpoint(checkpoint)

@@ -25,21 +25,22 @@ class SettingError(ValueError):
 
 def refuse_other_setup(saved: dict[str, str] | None, current: dict[str, str], checks: dict[str, str],
                        checkpoint_path) -> None:
-    """Refuse to resume a checkpoint trained under another setup.
+    """Refuse to resume a checkpoint trained under another setup, or one without the record.
 
     Args:
-        saved: the checkpoint's ``training_setup`` record (None: an older checkpoint, not checked).
+        saved: the checkpoint's ``training_setup`` record (None: the checkpoint has none).
         current: this run's record.
         checks: what to compare: the name shown in the message -> the record's key that must be equal (a weights
             hash, say, where the message shows the path and the hash).
         checkpoint_path: the checkpoint, for the message.
 
     Raises:
-        SettingError: some checked key differs; the message names each difference, what the checkpoint was trained
-            with and what this run asks for.
+        SettingError: the checkpoint has no record, or some checked key differs; the message names each difference,
+            what the checkpoint was trained with and what this run asks for.
     """
     if saved is None:
-        return
+        raise SettingError(f"checkpoint {checkpoint_path} has no training_setup record (it was not written by this "
+                           "version of apo_lightning): start afresh with another run_name")
     differ = [what for what, key in checks.items() if saved.get(key) != current[key]]
     if differ:
         was = " and ".join(f"{what} {saved.get(what)}" for what in differ)
@@ -60,7 +61,7 @@ class CheckedResume:
 
     A subclass sets ``RESUME_CHECKS`` (the name shown in a refusal -> the ``training_setup`` key that must be equal),
     implements ``training_setup`` and ``configure_model`` (which loads what the record hashes), and holds its LoRA
-    settings as ``lora_config``. A record without ``lora`` is of full fine-tuning, the only kind before LoRA.
+    settings as ``lora_config``.
     """
 
     RESUME_CHECKS: dict[str, str]
@@ -111,19 +112,17 @@ class CheckedResume:
                            only: tuple[str, ...] | None = None) -> None:
         """Check that a checkpoint's ``training_setup`` is this run's before resuming it; loads the policy first
         (``configure_model``) to hash it. Paths alone may differ (the same weights elsewhere); a checkpoint without
-        the record is not checked. The CLI calls this before the Trainer starts, so a refused run writes nothing.
+        the record is refused. The CLI calls this before the Trainer starts, so a refused run writes nothing.
         ``only``: the names of ``RESUME_CHECKS`` to check (default all).
 
         Raises:
-            SettingError: a checked part of the setup differs; the message names each difference and
-                ``checkpoint_path``.
+            SettingError: the checkpoint has no record, or a checked part of the setup differs; the message names
+                each difference and ``checkpoint_path``.
         """
         if saved is None:
-            return
+            refuse_other_setup(saved, {}, {}, checkpoint_path)
         self.configure_model()
         current = self.training_setup()
-        if "lora" not in saved and self.lora_config.rank == 0:
-            saved = {**saved, "lora": current["lora"]}
         checks = self.RESUME_CHECKS if only is None else {what: self.RESUME_CHECKS[what] for what in only}
         refuse_other_setup(saved, current, checks, checkpoint_path)
 
