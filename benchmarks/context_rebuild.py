@@ -35,14 +35,15 @@ from apo_lightning.rollout.engine import rollout_goals
 from apo_lightning.rollout.settings import RolloutSettings
 from apo_lightning.webshop import WebShop
 from apo_lightning.webshop.datadir import resolve_data_dir
+from apo_lightning.webshop.settings import RewardSettings
 
 
 def measure(model, tokenizer, shop: WebShop, goals: list[int], args: argparse.Namespace, fill: float) -> dict:
     """One sampled rollout of ``goals`` at ``rebuild_fill = fill``; per-turn cost and the episodes' outcomes."""
-    chat = ChatFormat(context_budget=args.context_budget, rebuild_fill=fill, reward="success")
+    chat = ChatFormat(context_budget=args.context_budget, rebuild_fill=fill)
     settings = RolloutSettings(temperature=1.0, max_new_tokens=args.max_new_tokens, valid_clicks=True,
                                pack_weights=True)
-    engine = settings.engine(model, tokenizer, chat)
+    engine = settings.engine(model, tokenizer, chat, RewardSettings(kind="success"))
     start = time.perf_counter()
     trajectories = rollout_goals(engine, shop, goals, args.batch_size, seed=args.seed, max_steps=args.max_steps)
     seconds = time.perf_counter() - start

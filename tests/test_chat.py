@@ -362,28 +362,17 @@ def test_cut_middle_to_zero():
     assert len(cut_middle("abc", 0)) == 0
 
 
-def test_episode_reward_score_or_success_plus_the_format_penalty():
-    score, success = ChatFormat(format_penalty=-0.1), ChatFormat(format_penalty=-0.1, reward="success")
-    assert score.episode_reward(0.8, 0) == pytest.approx(0.8)  # right product, one option of five missed
-    assert score.episode_reward(1.0, 2) == pytest.approx(0.8)
-    assert success.episode_reward(0.8, 0) == 0.0  # success is all or nothing
-    assert success.episode_reward(1.0, 0) == 1.0
-    assert success.episode_reward(1.0, 2) == pytest.approx(0.8)
-    assert success.episode_reward(0.0, 1) == pytest.approx(-0.1)  # no purchase
-
-
 def test_cache_key_parts_hold_every_setting_and_keep_the_cached_keys():
-    assert ChatFormat().key_parts() == {**ChatFormat(format_penalty=-0.2).key_parts(), "format_penalty": -0.1}
+    assert ChatFormat().key_parts() == {**ChatFormat(context_budget=2048).key_parts(), "context_budget": 4096}
     assert set(ChatFormat(one_shot=True, rebuild_fill=0.5).key_parts()) == set(ChatFormat.__dataclass_fields__)
     assert cache_key(ChatFormat(rebuild_fill=0.5).key_parts()) != cache_key(ChatFormat().key_parts())
     assert cache_key(ChatFormat(one_shot=True).key_parts()) != cache_key(ChatFormat().key_parts())
     # the key of the default format, as the V* and demonstration caches on disk were stored under
-    assert cache_key(ChatFormat().key_parts()) == "63e40c4ff5efbb4beb5fcdd0d34383cc66f5f8df6fbd40b4eac958596beb6a04"
+    assert cache_key(ChatFormat().key_parts()) == "d3d4082875968b2826925b2cb313a6b7d5371bf5adbca63cef31be961dc72fc7"
 
 
 def test_a_setting_out_of_range_is_named_as_its_key_with_its_value():
-    for settings, message in ((dict(reward="won"), "chat.reward must be one of ('score', 'success'), got 'won'"),
-                              (dict(context_budget=10), "chat.context_budget must be >= 64 (tokens), got 10"),
+    for settings, message in ((dict(context_budget=10), "chat.context_budget must be >= 64 (tokens), got 10"),
                               (dict(history_turns=-1), "chat.history_turns must be None or >= 0, got -1")):
         with pytest.raises(ValueError) as raised:
             ChatFormat(**settings)

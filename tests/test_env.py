@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from apo_lightning.webshop import WebShop, WebShopDataError, WebShopEnv, parse_action
+from apo_lightning.webshop.settings import RewardSettings
 
 ORIGINAL_PATTERN = re.compile(r"(.+)\[(.+)\]")  # engine.py parse_action
 
@@ -150,3 +151,19 @@ def test_shown_text_gives_a_clickable_as_the_page_writes_it(shop):
         assert shown_text(env.page, option) == option  # option values keep their case as keys
     with pytest.raises(KeyError):
         shown_text(env.page, "not on this page")
+
+
+def test_episode_reward_score_or_success_plus_the_format_penalty():
+    score, success = RewardSettings(format_penalty=-0.1), RewardSettings(kind="success", format_penalty=-0.1)
+    assert score(0.8, 0) == pytest.approx(0.8)  # right product, one option of five missed
+    assert score(1.0, 2) == pytest.approx(0.8)
+    assert success(0.8, 0) == 0.0  # success is all or nothing
+    assert success(1.0, 0) == 1.0
+    assert success(1.0, 2) == pytest.approx(0.8)
+    assert success(0.0, 1) == pytest.approx(-0.1)  # no purchase
+
+
+def test_an_unknown_reward_kind_is_named_with_its_value():
+    with pytest.raises(ValueError) as raised:
+        RewardSettings(kind="won")
+    assert str(raised.value) == "reward.kind must be one of ('score', 'success'), got 'won'"

@@ -134,7 +134,7 @@ def test_the_two_hour_overlay_is_the_measured_run():
     composed = parse(*base_of(REPO / "configs" / "webshop_1k_2h.yaml"),
                      extra=["--trainer.devices=1", "--trainer.strategy=auto"])
     data, model, trainer = composed.datamodule, composed.model, composed.trainer
-    assert (data.rollout.valid_clicks, data.chat.reward) == (True, "success")
+    assert (data.rollout.valid_clicks, data.reward.kind) == (True, "success")
     assert (data.vstar.beta1, data.vstar.reuse, data.vstar.num_samples, data.vstar.temperature) == (100.0, 8, 4, 0.5)
     assert (data.train_goals, data.steps_per_epoch, data.val_goals, data.rollout.temperature) == (1024, 25, 200, 0.5)
     assert data.vstar.goal_filter == "all"  # every training goal, not only those with a successful stage-1 sample
@@ -222,7 +222,7 @@ def test_print_config_shows_the_objectives_settings_with_their_docs(capsys, obje
 
 
 def test_a_wrong_choice_fails_at_parse_time():
-    for bad in ("--model.objective=PPO", "--data.chat.reward=won", "--data.env.observation_mode=html",
+    for bad in ("--model.objective=PPO", "--data.reward.kind=won", "--data.env.observation_mode=html",
                 "--model.dtype=float64", "--data.env.split_scheme=random"):
         with pytest.raises(SystemExit):
             parse(SMOKE, extra=[bad])
@@ -599,19 +599,21 @@ def test_v_star_cache_key_covers_what_v_star_depends_on():
     from apo_lightning.rollout.chat import ChatFormat
     from apo_lightning.rollout.settings import RolloutSettings
     from apo_lightning.utils.hashing import cache_key
-    from apo_lightning.webshop.settings import EnvConfig
+    from apo_lightning.webshop.settings import EnvConfig, RewardSettings
 
     def key(reference="w0", goals=(1500, 1501, 1502, 1503), seed=0, env=EnvConfig(data_dir="synthetic", max_steps=3),
-            chat=ChatFormat(), vstar=VStarConfig(num_samples=2), rollout=RolloutSettings(max_new_tokens=8)):
-        return cache_key(Stage1(vstar, env, chat, rollout, seed).key_parts(reference, list(goals)))
+            chat=ChatFormat(), reward=RewardSettings(), vstar=VStarConfig(num_samples=2),
+            rollout=RolloutSettings(max_new_tokens=8)):
+        return cache_key(Stage1(vstar, env, chat, reward, rollout, seed).key_parts(reference, list(goals)))
 
     base = key()
     assert key() == base  # stable
     for changed in (key(reference="w1"), key(goals=(1500, 1501, 1502, 1503, 1504)),
                     key(vstar=VStarConfig(num_samples=3)), key(rollout=RolloutSettings(max_new_tokens=9)), key(seed=1),
-                    key(env=EnvConfig(data_dir="synthetic", max_steps=4)), key(chat=ChatFormat(format_penalty=-0.2)),
+                    key(env=EnvConfig(data_dir="synthetic", max_steps=4)),
+                    key(reward=RewardSettings(format_penalty=-0.2)),
                     key(chat=ChatFormat(history_turns=1)), key(vstar=VStarConfig(num_samples=2, temperature=0.7)),
-                    key(chat=ChatFormat(reward="success")),
+                    key(reward=RewardSettings(kind="success")),
                     key(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True))):
         assert changed != base
     assert key(vstar=VStarConfig(num_samples=2, cache_dir="elsewhere")) == base  # where it is stored is not a part
@@ -621,16 +623,16 @@ def test_v_star_cache_key_covers_what_v_star_depends_on():
 
     def stored(**changes):  # the key without the data folder's absolute path, as tables on disk were stored
         stage1 = Stage1(VStarConfig(num_samples=2), EnvConfig(data_dir="synthetic", max_steps=3), ChatFormat(),
-                        RolloutSettings(max_new_tokens=8), 0)
+                        RewardSettings(), RolloutSettings(max_new_tokens=8), 0)
         for name, value in changes.items():
             setattr(stage1, name, value)
         return cache_key({**stage1.key_parts("w0", [1500, 1501, 1502, 1503]), "data": "DATA"})
 
-    assert stored() == "6185543033a7ea50ea44d7d3662af4524eafd92350fbd5e0da5c12912c319060"
+    assert stored() == "50656f03e1f3ca0dc7bed664a1ac5ecade59dbb32e5fdfc2866b40fd214e3d2a"
     assert (stored(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True))
-            == "2d09a6769469f28a9bc2b92aabd54034dee5c54a590820be2d933f7c6bc5b0b3")
-    assert (stored(chat=ChatFormat(reward="success"))
-            == "031172579a54f4402752729d54c37c641b9976e610f8a0d6ea5a5405844e956a")
+            == "a693a03bf009ce2b8c84651c4a5a0d0f4db2c536f07655d6990b4da8e529bd56")
+    assert (stored(reward=RewardSettings(kind="success"))
+            == "ad95d0ef7474c2a8b40e8be6e68e6b39c9e5d55d5809bff41b59ce0062be4f82")
 
 
 class Built(Exception):

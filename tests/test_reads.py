@@ -19,7 +19,7 @@ from apo_lightning.lit.stage1 import Stage1, VStarConfig
 from apo_lightning.rollout.chat import ChatFormat
 from apo_lightning.rollout.settings import RolloutSettings
 from apo_lightning.webshop import WebShop
-from apo_lightning.webshop.settings import EnvConfig
+from apo_lightning.webshop.settings import EnvConfig, RewardSettings
 from apo_lightning.webshop.wording import FAMILIES, drawn_goal, reworded_shop
 
 from conftest import fit_in_process, imitated_actions
@@ -249,8 +249,8 @@ def test_every_wording_setting_is_a_part_of_the_v_star_and_demonstration_keys(tm
                EnvConfig(**plain, vary_wording=True, original_share=0.5),
                EnvConfig(**plain, vary_wording=True, wording="heldout"),
                EnvConfig(**plain, vary_wording=True, wording="heldout", wording_seed=1)]
-    keys = {json.dumps(Stage1(VStarConfig(), env, ChatFormat(), RolloutSettings(), seed=0).key_parts("ref", [1500]),
-                       sort_keys=True) for env in configs}
+    keys = {json.dumps(Stage1(VStarConfig(), env, ChatFormat(), RewardSettings(), RolloutSettings(), seed=0)
+                       .key_parts("ref", [1500]), sort_keys=True) for env in configs}
     assert len(keys) == len(configs)
     # without vary_wording the share does nothing and keys nothing: keys made before the settings stay the same
     assert EnvConfig(**plain, original_share=0.5).key_parts() == EnvConfig(**plain).key_parts() == {

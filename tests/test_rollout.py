@@ -23,6 +23,7 @@ from apo_lightning.rollout.collate import collate_trajectories
 from apo_lightning.rollout.engine import RolloutEngine
 from apo_lightning.rollout.settings import RolloutSettings
 from apo_lightning.webshop import WebShop, WebShopEnv
+from apo_lightning.webshop.settings import RewardSettings
 
 from logprob_reference import token_logprobs
 
@@ -157,7 +158,8 @@ def check_bookkeeping(engine, trajectories):
     assert generation_prompt  # "<|im_start|>assistant\n" for ChatML
     total = 0
     for trajectory in trajectories:
-        assert trajectory.reward == pytest.approx(trajectory.score + chat.format_penalty * trajectory.format_errors)
+        penalty = engine.reward.format_penalty * trajectory.format_errors
+        assert trajectory.reward == pytest.approx(trajectory.score + penalty)
         assert trajectory.generated_tokens == sum(t.generated_tokens for t in trajectory.turns)
         total += trajectory.generated_tokens
         for segment, turns in segment_turns(trajectory):
@@ -527,8 +529,7 @@ class Junky:
 
 
 def test_malformed_replies_are_no_op_steps_with_the_format_penalty(model, tokenizer, shop):
-    chat = ChatFormat(format_penalty=-0.25)
-    engine = engine_for(model, tokenizer, chat)
+    engine = engine_for(model, tokenizer, reward=RewardSettings(format_penalty=-0.25))
     goals, max_steps = GOALS[:3], 15
     demonstrators = [Junky({0, 2, 3}, refused_steps={5}), Junky({1, 4}), Junky(set())]
     envs = [WebShopEnv(shop, max_steps=max_steps) for _ in goals]

@@ -108,13 +108,13 @@ def test_vllm_plays_the_episodes_of_the_projects_decoder(vllm_python, smollm2_ba
     from apo_lightning.rollout.engine import rollout_goals
     from apo_lightning.rollout.settings import RolloutSettings
     from apo_lightning.rollout.vllm_backend import VLLMBackend, VLLMSettings
-    from apo_lightning.webshop.settings import EnvConfig
+    from apo_lightning.webshop.settings import EnvConfig, RewardSettings
 
     link_smollm2(workdir, smollm2_base)
     adapter = str(REPO_ROOT / "models" / "smollm2-webshop-1k-reads")
     env = EnvConfig(data_dir=str(real_data_dir), max_steps=4)
     shop, goals = env.shop(), env.split("test")[:2]
-    chat = ChatFormat(context_budget=2048, reward="success")
+    chat, reward = ChatFormat(context_budget=2048), RewardSettings(kind="success")
     model, tokenizer = load_policy(adapter)
     settings = VLLMSettings(python=vllm_python, dtype="float32", eager=True, max_model_len=2048)
     backend = VLLMBackend(settings, adapter)
@@ -123,7 +123,7 @@ def test_vllm_plays_the_episodes_of_the_projects_decoder(vllm_python, smollm2_ba
 
         def play(backend_name, policy, greedy=True, seed=0):
             engine = RolloutSettings(max_new_tokens=48, valid_clicks=True, backend=backend_name).engine(
-                policy, tokenizer, chat, greedy=greedy, backend=backend)
+                policy, tokenizer, chat, reward, greedy=greedy, backend=backend)
             return rollout_goals(engine, shop, goals, len(goals), seed=seed, max_steps=env.max_steps)
 
         def tokens(trajectories):

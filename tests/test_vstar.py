@@ -226,10 +226,10 @@ def stage1(**settings):
     from apo_lightning.lit.stage1 import Stage1, VStarConfig
     from apo_lightning.rollout.chat import ChatFormat
     from apo_lightning.rollout.settings import RolloutSettings
-    from apo_lightning.webshop.settings import EnvConfig
+    from apo_lightning.webshop.settings import EnvConfig, RewardSettings
 
     stage = Stage1(VStarConfig(num_samples=2, **settings), EnvConfig(data_dir="synthetic"), ChatFormat(),
-                   RolloutSettings(), seed=0)
+                   RewardSettings(), RolloutSettings(), seed=0)
     stage.table = VStarTable.from_rewards("k", STAGE1_REWARDS, 0.5)
     return stage
 

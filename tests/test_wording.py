@@ -18,7 +18,7 @@ from apo_lightning.rollout.chat import ChatFormat
 from apo_lightning.rollout.settings import RolloutSettings
 from apo_lightning.webshop import WebShop, WebShopEnv
 from apo_lightning.webshop.goals import NO_PRICE_UPPER
-from apo_lightning.webshop.settings import EnvConfig
+from apo_lightning.webshop.settings import EnvConfig, RewardSettings
 from apo_lightning.webshop.wording import (
     FAMILIES,
     HELDOUT,
@@ -201,8 +201,8 @@ def test_the_wording_is_part_of_the_cache_keys(tmp_path):
     configs = [plain, EnvConfig(data_dir="synthetic", wording="heldout"),
                EnvConfig(data_dir="synthetic", wording="heldout", wording_seed=1),
                EnvConfig(data_dir="synthetic", wording="train")]
-    stage1 = [Stage1(VStarConfig(), env, ChatFormat(), RolloutSettings(), seed=0).key_parts("ref", [1500])
-              for env in configs]
+    stage1 = [Stage1(VStarConfig(), env, ChatFormat(), RewardSettings(), RolloutSettings(), seed=0)
+              .key_parts("ref", [1500]) for env in configs]
     assert all(s["env"] == env.key_parts() for s, env in zip(stage1, configs))
     assert len({json.dumps(s, sort_keys=True) for s in stage1}) == len(configs)
     demos = {demonstration_cache(tmp_path, env, ChatFormat(), str(REPO / "models" / "quickstart-ref"),

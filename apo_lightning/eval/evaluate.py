@@ -26,7 +26,7 @@ from ..rollout.trajectory import Trajectory
 from ..rollout.vllm_backend import VLLMBackend
 from ..utils.seeds import derive_seed
 from ..webshop import WebShop, WebShopEnv
-from ..webshop.settings import EnvConfig
+from ..webshop.settings import EnvConfig, RewardSettings
 from .metrics import bootstrap_interval, pass_at_k, trajectory_metrics, wilson_interval
 
 SCRIPTED = tuple(sorted(POLICIES))
@@ -84,7 +84,7 @@ class PolicyRollouts:
             folder itself (or "synthetic").
         rollout: how replies are sampled (``temperature``, ``top_p``, ``backend``), their token limit and
             ``valid_clicks``.
-        chat: the prompt format and reward.
+        chat: the prompt format.
         batch_size: episodes per rollout batch.
         seed: the run seed; chunk seeds derive from it and ``purpose``.
         purpose: names this job in the seeds (e.g. "evaluate", "evaluate-samples").
@@ -93,6 +93,7 @@ class PolicyRollouts:
         gguf_file: a GGUF file in ``model`` to load instead of safetensors.
         dtype, device: how the weights are loaded and where they run.
         threads: torch intra-op threads per process.
+        reward: what a finished episode earns, r(x, y) (the ``reward`` column of the results).
     """
 
     model: str
@@ -108,6 +109,7 @@ class PolicyRollouts:
     dtype: str = "float32"
     device: str = "cpu"
     threads: int = 1
+    reward: RewardSettings = RewardSettings()
 
 
 def _rollout_part(job: PolicyRollouts, goals: list[int], offset: int, progress: bool,
@@ -123,7 +125,7 @@ def _rollout_part(job: PolicyRollouts, goals: list[int], offset: int, progress: 
     if job.rollout.backend == "vllm":  # a server of this process's own, sampling the policy as loaded
         backend = VLLMBackend(job.rollout.vllm, job.model, rank=part, device=job.device.split(":")[0])
         backend.use_reference()
-    engine = job.rollout.engine(model, tokenizer, job.chat, greedy=job.greedy, backend=backend)
+    engine = job.rollout.engine(model, tokenizer, job.chat, job.reward, greedy=job.greedy, backend=backend)
     try:
         return rollout_goals(engine, shop, goals, job.batch_size, derive_seed(job.seed, job.purpose),
                              observation_mode=job.env.observation_mode, max_steps=job.env.max_steps,

@@ -24,7 +24,7 @@ def fixed_goals_arguments(reference: str | Path, goals: list[int], steps: int, b
     arguments on the command line override these.
     """
     return [*QUIET, "--trainer.devices=1", "--trainer.strategy=auto", f"--model.model_name_or_path={reference}",
-            f"--data.train_goal_indices={list(goals)}", "--data.vstar.num_samples=8", "--data.chat.reward=success",
+            f"--data.train_goal_indices={list(goals)}", "--data.vstar.num_samples=8", "--data.reward.kind=success",
             f"--data.batch_size={batch_size}", f"--data.steps_per_epoch={steps}", f"--trainer.max_steps={steps}",
             "--trainer.limit_val_batches=0", "--model.objective.beta2=0.1", f"--model.learning_rate={learning_rate}",
             "--model.warmup_steps=0"]

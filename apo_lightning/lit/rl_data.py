@@ -31,7 +31,7 @@ from ..rollout.collate import collate_trajectories
 from ..rollout.settings import RolloutSettings, check_settings
 from ..rollout.vllm_backend import VLLMBackend
 from ..utils.seeds import derive_seed
-from ..webshop.settings import EnvConfig
+from ..webshop.settings import EnvConfig, RewardSettings
 from .settings import SettingError, WebShopDataModule, ensure_policy
 from .stage1 import Stage1, VStarConfig
 from .streams import ChunkStream, StepStream
@@ -45,6 +45,7 @@ class WebShopRLDataModule(WebShopDataModule):
     Args:
         env: WebShop data and episode settings.
         chat: the prompt format.
+        reward: what a finished episode earns, r(x, y), in stage 1, training, validation and test alike.
         model_name_or_path: π_ref, the frozen reference policy (stage 1 samples it), which is also where the
             policy starts (linked from the module's ``model_name_or_path``).
         tiny: build a fresh (untrained) tiny policy into ``model_name_or_path`` if it is missing, which must then be
@@ -77,7 +78,8 @@ class WebShopRLDataModule(WebShopDataModule):
     """
 
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
-                 model_name_or_path: str = "data/models/tiny-sft", tiny: TinyPolicySpec | None = None, seed: int = 0,
+                 reward: RewardSettings = RewardSettings(), model_name_or_path: str = "data/models/tiny-sft",
+                 tiny: TinyPolicySpec | None = None, seed: int = 0,
                  needs_v_star: bool = True, rollouts_per_goal: int = 1, batch_size: int = 16, train_goals: int = 0,
                  train_goal_indices: list[int] | None = None, steps_per_epoch: int = 50, val_goals: int = 64,
                  train_eval_goals: int = 0, test_goals: int = 0, eval_batch_size: int = 32,
@@ -100,6 +102,7 @@ class WebShopRLDataModule(WebShopDataModule):
                                                                ("goal_filter", vstar.goal_filter, "all"))])
         self.env = env
         self.chat = chat
+        self.reward = reward
         self.reference_model = model_name_or_path
         self.tiny = tiny
         self.seed = seed
@@ -115,7 +118,7 @@ class WebShopRLDataModule(WebShopDataModule):
         self.eval_batch_size = eval_batch_size
         self.rollout = rollout
         self.vstar = vstar
-        self.stage1 = Stage1(vstar, env, chat, rollout, seed)
+        self.stage1 = Stage1(vstar, env, chat, reward, rollout, seed)
         self._vllm: VLLMBackend | None = None
         self.goal_pool: list[int] = []
         self.stream: StepStream | None = None
@@ -218,7 +221,7 @@ class WebShopRLDataModule(WebShopDataModule):
         goals = self.goals_for_batch(batch_number)
         goal_list = [g for g in goals for _ in range(self.rollouts_per_goal)]
         model, tokenizer = self._policy()
-        engine = self.rollout.engine(model, tokenizer, self.chat, backend=self.backend())
+        engine = self.rollout.engine(model, tokenizer, self.chat, self.reward, backend=self.backend())
         start = time.perf_counter()
         with self._rollout_context():
             envs = self.env.training_envs(goal_list, seed=derive_seed(self.seed, "wording", self.rank, batch_number))
@@ -244,7 +247,8 @@ class WebShopRLDataModule(WebShopDataModule):
     def eval_batch(self, goals: list[int]) -> dict:
         """Greedy trajectories of the current policy on ``goals``: ``{"trajectories": [...]}``."""
         model, tokenizer = self._policy()
-        engine = self.rollout.engine(model, tokenizer, self.chat, greedy=True, backend=self.backend())
+        engine = self.rollout.engine(model, tokenizer, self.chat, self.reward, greedy=True,
+                                     backend=self.backend())
         with self._rollout_context():
             return {"trajectories": engine.rollout(self.env.envs(len(goals)), goals, seed=0)}
 

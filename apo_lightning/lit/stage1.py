@@ -35,7 +35,7 @@ from ..rollout.settings import RolloutSettings, check_settings
 from ..rollout.trajectory import Trajectory, regression_record, regression_trajectory
 from ..utils.hashing import hash_state_dict
 from ..utils.seeds import derive_seed
-from ..webshop.settings import EnvConfig
+from ..webshop.settings import EnvConfig, RewardSettings
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class Stage1:
 
     Args:
         settings: the stage-1 settings.
-        env, chat, rollout: the run's env, prompt format and rollout settings.
+        env, chat, reward, rollout: the run's env, prompt format, reward and rollout settings.
         seed: the run seed; each rank and purpose derives its sampling seed from it.
 
     Attributes:
@@ -108,10 +108,12 @@ class Stage1:
         refreshed_at: the training batch whose start made ``table`` by a refresh; None for stage 1's own table.
     """
 
-    def __init__(self, settings: VStarConfig, env: EnvConfig, chat: ChatFormat, rollout: RolloutSettings, seed: int):
+    def __init__(self, settings: VStarConfig, env: EnvConfig, chat: ChatFormat, reward: RewardSettings,
+                 rollout: RolloutSettings, seed: int):
         self.settings = settings
         self.env = env
         self.chat = chat
+        self.reward = reward
         self.rollout = rollout
         self.seed = seed
         self.table: VStarTable | None = None
@@ -134,6 +136,7 @@ class Stage1:
             "data": str(self.env.shop().data_dir.resolve()),
             "env": self.env.key_parts(),
             "chat": self.chat.key_parts(),
+            "reward": self.reward.key_parts(),
             "num_samples": self.settings.num_samples,
             "temperature": self.settings.temperature,
             "max_new_tokens": self.rollout.max_new_tokens,
@@ -156,7 +159,7 @@ class Stage1:
         share = goals[rank::world_size]
         # π_ref's own distribution at vstar.temperature; batched prefill whatever rollout.prefill says
         sampler = replace(self.rollout, temperature=self.settings.temperature, top_p=1.0, prefill="batched")
-        engine = sampler.engine(model, tokenizer, self.chat, backend=backend)
+        engine = sampler.engine(model, tokenizer, self.chat, self.reward, backend=backend)
         repeated = [g for g in share for _ in range(self.settings.num_samples)]
         make_envs = (partial(self.env.training_envs, seed=derive_seed(self.seed, purpose, rank, "wording"))
                      if self.env.vary_wording else None)

@@ -53,8 +53,6 @@ _RICH_BUTTON = re.compile(r"^\[(clicked )?button\] (.*) \[(?:clicked )?button_\]
 _ACTION = re.compile(r"\b(search|click)\s*\[([^\[\]\n]+)\]", re.IGNORECASE)
 #: Why a reply gave no action (counted in metrics).
 NO_ANSWER_TAG, NO_ACTION_IN_ANSWER, EMPTY_REPLY = "no_answer_tag", "no_action_in_answer", "empty_reply"
-#: What a finished episode earns before the format penalty (``ChatFormat.reward``).
-RewardKind = Literal["score", "success"]
 #: How a page identical to the previous turn's is shown (``ChatFormat.repeat_pages``).
 RepeatPages = Literal["full", "short"]
 
@@ -144,7 +142,7 @@ def render_actions(available_actions: dict[str, Any]) -> str:
 
 @dataclass
 class ChatFormat:
-    """Settings of the prompt format.
+    """Settings of the prompt format (what a finished episode earns is ``webshop.settings.RewardSettings``).
 
     Args:
         system_prompt: the system message.
@@ -159,11 +157,6 @@ class ChatFormat:
             context is encoded anew (no KV-cache reuse); below 1 the next turns are appended to the rebuilt context
             until it fills, at the cost of fewer earlier turns in view.
         max_observation_chars: cut any single page to this many characters first (0 = no cut).
-        format_penalty: reward added per turn whose reply has no parseable action (RAGEN: −0.1).
-        reward: what a finished episode earns before the format penalty. ``"score"``: the WebShop score at Buy
-            Now, 0…1 (RAGEN). ``"success"``: 1 if that score is exactly 1.0, else 0 (verl-agent / GiGPO, Feng et
-            al. 2025, reward WebShop episodes by task success, 10 × won). The score charges a purchase of the
-            right product with a wrong option about 0.2; ``"success"`` charges it the full 1.
         repeat_pages: "full" shows every page in full (RAGEN); "short" replaces a page identical to the previous
             turn's by one line (saves hundreds of tokens per option click).
         one_shot: put a worked example episode (:data:`ONE_SHOT_TURNS`, about 600 tokens) before the task, as
@@ -177,15 +170,11 @@ class ChatFormat:
     context_budget: int = 4096
     rebuild_fill: float = 1.0
     max_observation_chars: int = 0
-    format_penalty: float = -0.1
     repeat_pages: RepeatPages = "short"
-    reward: RewardKind = "score"
     one_shot: bool = False
 
     def __post_init__(self) -> None:
         """Raise ValueError for a setting out of range, named as its key under a data module (``chat.<setting>``)."""
-        if self.reward not in get_args(RewardKind):
-            raise ValueError(f"chat.reward must be one of {get_args(RewardKind)}, got {self.reward!r}")
         if self.repeat_pages not in get_args(RepeatPages):
             raise ValueError(f"chat.repeat_pages must be one of {get_args(RepeatPages)}, got {self.repeat_pages!r}")
         if self.history_turns is not None and self.history_turns < 0:
@@ -222,16 +211,6 @@ class ChatFormat:
                 page = cut_middle(page, self.max_observation_chars)
         left = f" ({turns_left} action{'' if turns_left == 1 else 's'} left)" if turns_left is not None else ""
         return f"Turn {turn}{left}:\n{page}\nActions: {render_actions(available_actions)}"
-
-    def episode_reward(self, score: float, format_errors: int) -> float:
-        """The RL reward r(x, y) of a finished episode: its score or success (``reward``) plus the format penalty.
-
-        Args:
-            score: the WebShop score at Buy Now, 0…1 (0 without a purchase).
-            format_errors: replies with no parseable action.
-        """
-        earned = float(score == 1.0) if self.reward == "success" else score
-        return earned + self.format_penalty * format_errors
 
     def task_message(self, instruction: str) -> str:
         """The task message for a goal's instruction."""

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from ..utils.memory import release_free_memory
 from ..utils.seeds import derive_seed
 from ..webshop import WebShop, WebShopEnv
+from ..webshop.settings import RewardSettings
 from .chat import ChatFormat, ParsedReply, parse_reply
 from .constrained import ClickConstraint
 from .kv_cache import Past, extract_past, new_cache, stack_pasts
@@ -53,6 +54,7 @@ class RolloutEngine:
         model: a causal LM (``transformers`` PreTrainedModel); put in eval mode during rollouts.
         tokenizer: its tokenizer, with a chat template.
         chat: the prompt format.
+        reward: what a finished episode earns, r(x, y) (default: the WebShop score, format penalty −0.1).
         max_new_tokens: reply length limit per turn.
         temperature: sampling temperature (> 0); ``greedy=True`` takes the argmax instead.
         top_p: nucleus sampling mass (1.0 = off).
@@ -75,7 +77,8 @@ class RolloutEngine:
             with no room for a prompt.
     """
 
-    def __init__(self, model, tokenizer, chat: ChatFormat | None = None, max_new_tokens: int = 64,
+    def __init__(self, model, tokenizer, chat: ChatFormat | None = None, reward: RewardSettings | None = None,
+                 max_new_tokens: int = 64,
                  temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, reuse_cache: bool = True,
                  prefill: Literal["batched", "per_row"] = "batched", valid_clicks: bool = False,
                  pack_weights: bool = False, backend: "VLLMBackend | None" = None):
@@ -86,6 +89,7 @@ class RolloutEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.chat = chat or ChatFormat()
+        self.reward = reward or RewardSettings()
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
@@ -224,7 +228,7 @@ class RolloutEngine:
         ep.observation = observation
         if done:
             ep.done = True
-            trajectory.finish(score, info, self.chat.episode_reward(score, trajectory.format_errors))
+            trajectory.finish(score, info, self.reward(score, trajectory.format_errors))
             return False
         self._set_turn_message(ep)
         return self.segmenter.next_turn(trajectory, ep.history, ids[-1] if ids else -1)

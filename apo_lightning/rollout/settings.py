@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, get_args
 
+from ..webshop.settings import RewardSettings
 from .chat import ChatFormat
 from .engine import RolloutEngine
 from .vllm_backend import VLLMBackend, VLLMSettings
@@ -66,9 +67,10 @@ class RolloutSettings:
         if self.backend == "vllm":
             self.vllm.check(f"{prefix}vllm.")
 
-    def engine(self, model, tokenizer, chat: ChatFormat, greedy: bool = False,
+    def engine(self, model, tokenizer, chat: ChatFormat, reward: RewardSettings | None = None, greedy: bool = False,
                backend: VLLMBackend | None = None) -> RolloutEngine:
         """A :class:`RolloutEngine` for ``model`` that samples as these settings say (``greedy``: argmax instead),
+        its trajectories rewarded by ``reward`` (None: ``RewardSettings()``),
         through ``backend`` (the process's vLLM server, already holding the weights to sample) when ``backend`` is
         "vllm".
 
@@ -78,6 +80,7 @@ class RolloutSettings:
         """
         if self.backend == "vllm" and backend is None:
             raise ValueError("rollout.backend is 'vllm' but no vLLM server was given to the engine")
-        return RolloutEngine(model, tokenizer, chat, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+        return RolloutEngine(model, tokenizer, chat, reward, max_new_tokens=self.max_new_tokens,
+                             temperature=self.temperature,
                              top_p=self.top_p, greedy=greedy, prefill=self.prefill, valid_clicks=self.valid_clicks,
                              pack_weights=self.pack_weights, backend=backend if self.backend == "vllm" else None)

@@ -2,7 +2,7 @@
 
 Names used throughout the project: a **turn** is one model reply and the env step it caused; the **score** is
 WebShop's 0…1 reward at Buy Now (0 without a purchase); the **reward** is what the objective sees, the score (or
-success, ``ChatFormat.reward``) plus the format penalty per reply without an action.
+success, ``webshop.settings.RewardSettings``) plus the format penalty per reply without an action.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ class Trajectory:
         turns: every turn in order.
         segments: the token sequences (one with full history; none for a scripted policy).
         score: the WebShop score at Buy Now (0…1), 0 without a purchase.
-        reward: the RL reward r(x, y): score (or success, ``ChatFormat.reward``) + format_penalty × format errors.
+        reward: the RL reward r(x, y): score (or success) + format penalty × format errors
+            (``webshop.settings.RewardSettings``).
         success: score == 1.0.
         reward_info: the env's verbose reward info at Buy Now (None without a purchase).
         purchased: ``{"asin", "options"}`` of the purchase (None without one).

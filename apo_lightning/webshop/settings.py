@@ -1,4 +1,5 @@
-"""The WebShop settings of a run (``EnvConfig``): which data and goals, which split, how an episode runs."""
+"""The WebShop settings of a run: which data and goals, which split, how an episode runs (``EnvConfig``), and what a
+finished episode earns (``RewardSettings``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, get_args
 
 from ..utils.seeds import derive_seed
 from .datadir import resolve_data_dir
@@ -19,6 +20,45 @@ from .wording import Wording, check_wording, drawn_goal, reworded_shop
 SplitScheme = Literal["webshop", "verl"]
 ObservationMode = Literal["text", "text_rich"]
 GoalKind = Literal["synthetic", "human"]
+RewardKind = Literal["score", "success"]
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """The RL reward r(x, y) of a finished episode, from WebShop's score (``reward.get_reward``): what rollouts,
+    stage 1, evaluation and every objective see.
+
+    Args:
+        kind: what a finished episode earns before the format penalty. ``"score"``: the WebShop score at Buy Now,
+            0…1, 0 without a purchase (RAGEN). ``"success"``: 1 if that score is exactly 1.0, else 0 (verl-agent /
+            GiGPO, Feng et al. 2025, reward WebShop episodes by task success, 10 × won). The score charges a purchase
+            of the right product with a wrong option about 0.2; ``"success"`` charges it the full 1.
+        format_penalty: reward added per turn whose reply has no parseable action (RAGEN: −0.1).
+
+    Raises:
+        ValueError: ``kind`` is not "score" or "success".
+    """
+
+    kind: RewardKind = "score"
+    format_penalty: float = -0.1
+
+    def __post_init__(self) -> None:
+        if self.kind not in get_args(RewardKind):
+            raise ValueError(f"reward.kind must be one of {get_args(RewardKind)}, got {self.kind!r}")
+
+    def __call__(self, score: float, format_errors: int) -> float:
+        """r(x, y): the episode's score or success (``kind``) plus ``format_penalty`` per reply without an action.
+
+        Args:
+            score: the WebShop score at Buy Now, 0…1 (0 without a purchase).
+            format_errors: replies with no parseable action.
+        """
+        earned = float(score == 1.0) if self.kind == "success" else score
+        return earned + self.format_penalty * format_errors
+
+    def key_parts(self) -> dict:
+        """Every setting, for the key of a cache made under them (V* tables)."""
+        return asdict(self)
 
 
 @dataclass
