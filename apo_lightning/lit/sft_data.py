@@ -38,7 +38,7 @@ from ..rollout.chat import ChatFormat
 from ..rollout.collate import pad_batch
 from ..rollout.engine import RolloutEngine
 from ..utils.seeds import derive_seed
-from ..webshop.settings import EnvConfig, RewardSettings
+from ..webshop.settings import EnvConfig
 from .demos import DemoNoise, demonstration_cache, load_demonstrations
 from .settings import WebShopDataModule, ensure_policy
 from .streams import ChunkStream, StepStream
@@ -92,7 +92,6 @@ class SFTDataModule(WebShopDataModule):
     Args:
         env: WebShop data and episode settings.
         chat: the prompt format (must match the one RL uses later).
-        reward: what a finished episode earns, r(x, y), in the greedy validation episodes (``val/reward``).
         model_name_or_path: the policy to fine-tune, as ``models.loading.load_policy`` takes it (its tokenizer,
             ``models.loading.tokenizer_folder``, tokenizes everything; linked from the module).
         tiny: build a fresh (untrained) tiny policy into ``model_name_or_path`` when it does not exist, which must
@@ -118,8 +117,7 @@ class SFTDataModule(WebShopDataModule):
     """
 
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
-                 reward: RewardSettings = RewardSettings(), model_name_or_path: str = "data/models/tiny-init",
-                 tiny: TinyPolicySpec | None = None, seed: int = 0,
+                 model_name_or_path: str = "data/models/tiny-init", tiny: TinyPolicySpec | None = None, seed: int = 0,
                  drills: DrillSettings = DrillSettings(), num_demos: int = 2000, demo_epochs: int = 1,
                  num_val_demos: int = 64, batch_size: int = 4, val_goals: int = 32, eval_batch_size: int = 32,
                  max_new_tokens: int = 64, demo_noise: DemoNoise = DemoNoise(), cache_dir: str = "data/sft",
@@ -133,7 +131,6 @@ class SFTDataModule(WebShopDataModule):
                 raise ValueError(f"{name} must be >= {least}, got {value}")
         self.env = env
         self.chat = chat
-        self.reward = reward
         self.model_name_or_path = model_name_or_path
         self.tiny = tiny
         self.seed = seed
@@ -249,8 +246,7 @@ class SFTDataModule(WebShopDataModule):
     def _rollout_batch(self, goals: list[int]) -> dict:
         """Greedy episodes of the current policy on ``goals``."""
         model, tokenizer = self.trainer.lightning_module.rollout_policy()
-        engine = RolloutEngine(model, tokenizer, self.chat, self.reward, max_new_tokens=self.max_new_tokens,
-                               greedy=True)
+        engine = RolloutEngine(model, tokenizer, self.chat, max_new_tokens=self.max_new_tokens, greedy=True)
         with self.trainer.precision_plugin.forward_context():
             return {"trajectories": engine.rollout(self.env.envs(len(goals)), goals, seed=0)}
 
