@@ -1,4 +1,4 @@
-"""A*-PO training throughput: trajectories per second (rollout + loss + update) of several prompt and rollout
+"""A*-PO training throughput: trajectories per second (rollout + loss + update) of several prompt and precision
 settings against a baseline setting (``old``), in one run.
 
     python benchmarks/training_throughput.py                           # quick start: models/quickstart-ref
@@ -14,12 +14,8 @@ them), and the ratio of each setting's trajectories per second to the first sett
 
 Settings (``SETTINGS``), each a list of ``cli.py`` overrides:
 
-- ``old`` (the baseline): every page in full (``repeat_pages: full``), the whole history, one left-padded prefill
-  per turn;
-- ``short_pages``: a page identical to the previous turn's shown as one line (the defaults:
-  ``repeat_pages: short``, ``rollout.prefill: batched``);
-- ``new``: ``short_pages`` plus each episode prefilled on its own (``rollout.prefill: per_row``, no compute on
-  padding) and a history window of the last 2 turns (verl-agent's);
+- ``old`` (the baseline): every page in full (``repeat_pages: full``);
+- ``short_pages``: a page identical to the previous turn's shown as one line (the default, ``repeat_pages: short``);
 - ``bf16_mixed``: ``short_pages`` (the defaults) under ``--trainer.precision=bf16-mixed``: bfloat16 autocast on
   the CPU around the rollouts and the loss's passes (float32 weights and optimizer); on a CPU without bfloat16
   instructions (no ``avx512_bf16`` or AMX) torch emulates bfloat16 (docs/experiments.md, "bfloat16 autocast on the
@@ -38,10 +34,8 @@ from pathlib import Path
 from learning_speed import SETTINGS as DATA_SETTINGS, fit, run_folder
 
 SETTINGS = {
-    # the whole history is the default (history_turns: null), as in every config
-    "old": ["--data.chat.repeat_pages=full", "--data.rollout.prefill=batched"],
-    "short_pages": ["--data.chat.repeat_pages=short", "--data.rollout.prefill=batched"],
-    "new": ["--data.chat.repeat_pages=short", "--data.chat.history_turns=2", "--data.rollout.prefill=per_row"],
+    "old": ["--data.chat.repeat_pages=full"],
+    "short_pages": ["--data.chat.repeat_pages=short"],
 }
 # the default settings with bfloat16 autocast (Lightning's precision plugin) around the loss's passes and the
 # rollouts; the weights, the optimizer and the log-probabilities the loss reads stay float32

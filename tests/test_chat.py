@@ -12,8 +12,6 @@ from apo_lightning.rollout.chat import (
     EMPTY_REPLY,
     NO_ACTION_IN_ANSWER,
     NO_ANSWER_TAG,
-    ONE_SHOT_INSTRUCTION,
-    ONE_SHOT_TURNS,
     ChatFormat,
     cut_middle,
     observation_lines,
@@ -299,7 +297,6 @@ def test_real_data_pages(real_data_dir):
 # ------------------------------------------------------------------------------------------------ ChatFormat
 @pytest.mark.parametrize("kwargs, match", [
     (dict(repeat_pages="none"), "repeat_pages"),
-    (dict(history_turns=-1), "history_turns"),
     (dict(context_budget=63), "context_budget"),
     (dict(rebuild_fill=0.0), "rebuild_fill"),
     (dict(rebuild_fill=1.5), "rebuild_fill"),
@@ -310,7 +307,7 @@ def test_chat_format_validation(kwargs, match):
 
 
 def test_chat_format_edge_values_are_valid():
-    ChatFormat(history_turns=0, context_budget=64, repeat_pages="full")
+    ChatFormat(context_budget=64, repeat_pages="full")
 
 
 def test_negative_max_observation_chars_is_rejected():
@@ -328,19 +325,6 @@ def test_messages_put_the_task_before_the_first_listed_turn():
         {"role": "user", "content": "Turn 2"},
     ]
     assert chat.task_message("buy socks") == "Task: buy socks"
-
-
-def test_one_shot_puts_the_example_episode_before_the_task():
-    chat = ChatFormat(system_prompt="SYS", task_prompt="Task: {instruction}", one_shot=True)
-    messages = chat.messages("buy socks", [("Turn 1", None)])
-    example = 2 * len(ONE_SHOT_TURNS)
-    assert len(messages) == 1 + example + 1
-    assert messages[1] == {"role": "user", "content": f"Task: {ONE_SHOT_INSTRUCTION}\n\n{ONE_SHOT_TURNS[0][0]}"}
-    assert [m["content"] for m in messages[2:1 + example:2]] == [reply for _, reply in ONE_SHOT_TURNS]
-    assert messages[-1] == {"role": "user", "content": "Task: buy socks\n\nTurn 1"}
-    # every example reply is a well-formed action, and the last one buys
-    assert [parse_reply(reply).action for _, reply in ONE_SHOT_TURNS][-1] == "click[buy now]"
-    assert all(parse_reply(reply).error is None for _, reply in ONE_SHOT_TURNS)
 
 
 # ------------------------------------------------------------------------------------------------ cut_middle
@@ -364,16 +348,13 @@ def test_cut_middle_to_zero():
 
 def test_cache_key_parts_hold_every_setting_and_keep_the_cached_keys():
     assert ChatFormat().key_parts() == {**ChatFormat(context_budget=2048).key_parts(), "context_budget": 4096}
-    assert set(ChatFormat(one_shot=True, rebuild_fill=0.5).key_parts()) == set(ChatFormat.__dataclass_fields__)
+    assert set(ChatFormat(rebuild_fill=0.5).key_parts()) == set(ChatFormat.__dataclass_fields__)
     assert cache_key(ChatFormat(rebuild_fill=0.5).key_parts()) != cache_key(ChatFormat().key_parts())
-    assert cache_key(ChatFormat(one_shot=True).key_parts()) != cache_key(ChatFormat().key_parts())
     # the key of the default format, as the V* and demonstration caches on disk were stored under
-    assert cache_key(ChatFormat().key_parts()) == "d3d4082875968b2826925b2cb313a6b7d5371bf5adbca63cef31be961dc72fc7"
+    assert cache_key(ChatFormat().key_parts()) == "387e0b357d9e6ec41f27e88b5bad7bb4a14b454942d07dd555e714e1f48c69a7"
 
 
 def test_a_setting_out_of_range_is_named_as_its_key_with_its_value():
-    for settings, message in ((dict(context_budget=10), "chat.context_budget must be >= 64 (tokens), got 10"),
-                              (dict(history_turns=-1), "chat.history_turns must be None or >= 0, got -1")):
-        with pytest.raises(ValueError) as raised:
-            ChatFormat(**settings)
-        assert str(raised.value) == message
+    with pytest.raises(ValueError) as raised:
+        ChatFormat(context_budget=10)
+    assert str(raised.value) == "chat.context_budget must be >= 64 (tokens), got 10"

@@ -223,7 +223,7 @@ def test_print_config_shows_the_objectives_settings_with_their_docs(capsys, obje
 
 def test_a_wrong_choice_fails_at_parse_time():
     for bad in ("--model.objective=PPO", "--data.reward.kind=won", "--data.env.observation_mode=html",
-                "--model.dtype=float64", "--data.env.split_scheme=random"):
+                "--model.dtype=float64"):
         with pytest.raises(SystemExit):
             parse(SMOKE, extra=[bad])
 
@@ -612,7 +612,7 @@ def test_v_star_cache_key_covers_what_v_star_depends_on():
                     key(vstar=VStarConfig(num_samples=3)), key(rollout=RolloutSettings(max_new_tokens=9)), key(seed=1),
                     key(env=EnvConfig(data_dir="synthetic", max_steps=4)),
                     key(reward=RewardSettings(format_penalty=-0.2)),
-                    key(chat=ChatFormat(history_turns=1)), key(vstar=VStarConfig(num_samples=2, temperature=0.7)),
+                    key(chat=ChatFormat(context_budget=2048)), key(vstar=VStarConfig(num_samples=2, temperature=0.7)),
                     key(reward=RewardSettings(kind="success")),
                     key(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True))):
         assert changed != base
@@ -628,11 +628,11 @@ def test_v_star_cache_key_covers_what_v_star_depends_on():
             setattr(stage1, name, value)
         return cache_key({**stage1.key_parts("w0", [1500, 1501, 1502, 1503]), "data": "DATA"})
 
-    assert stored() == "50656f03e1f3ca0dc7bed664a1ac5ecade59dbb32e5fdfc2866b40fd214e3d2a"
+    assert stored() == "33bc755b95044d2d802de3d126ddc1dc89c47f6ec032349b6ad6b047d3dd9db8"
     assert (stored(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True))
-            == "a693a03bf009ce2b8c84651c4a5a0d0f4db2c536f07655d6990b4da8e529bd56")
+            == "c3abc95cff1b42fe2a954bf285ef0ffca77224876de8db4231645bc5ab2469a5")
     assert (stored(reward=RewardSettings(kind="success"))
-            == "ad95d0ef7474c2a8b40e8be6e68e6b39c9e5d55d5809bff41b59ce0062be4f82")
+            == "87c040176f30b0e1b024bf27403ea62181d9287505910a1741aeef139f39b5bc")
 
 
 class Built(Exception):
@@ -658,12 +658,11 @@ def test_stage_1_samples_the_reference_at_its_own_temperature_without_a_nucleus(
 
     data = WebShopRLDataModule(env=EnvConfig(data_dir=None, max_steps=3), train_goals=4,
                                vstar=VStarConfig(num_samples=2, temperature=0.7),
-                               rollout=RolloutSettings(max_new_tokens=8, temperature=1.0, top_p=0.5, prefill="per_row"))
+                               rollout=RolloutSettings(max_new_tokens=8, temperature=1.0, top_p=0.5))
     with pytest.raises(Built) as built:
         data.stage1.sample_rewards(None, None, data.pool(), "stage1")
     kwargs = built.value.args[0]
     assert (kwargs["temperature"], kwargs["top_p"], kwargs["max_new_tokens"], kwargs["greedy"]) == (0.7, 1.0, 8, False)
-    assert kwargs["prefill"] == "batched"
 
 
 @pytest.mark.parametrize("valid_clicks", [False, True])

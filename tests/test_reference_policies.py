@@ -54,11 +54,9 @@ def test_the_policy_reproduces_its_recorded_greedy_results(folder, tmp_path, req
     data_dir = "synthetic" if synthetic else str(request.getfixturevalue("real_data_dir"))  # the real 1k set
     args = ["evaluate", "--model", str(folder), "--data-dir", data_dir, "--goals",
             settings["goals"], "--catalog-seed", str(settings["catalog_seed"]), "--split", settings["split"],
-            "--split-scheme", settings["split_scheme"], "--limit", str(settings["limit"]),
-            "--max-steps", str(settings["max_steps"]), "--max-new-tokens", str(settings["max_new_tokens"]),
+            "--limit", str(settings["limit"]), "--max-steps", str(settings["max_steps"]),
+            "--max-new-tokens", str(settings["max_new_tokens"]),
             "--context-budget", str(settings["context_budget"]), "--save-outcomes", str(tmp_path / "outcomes.json")]
-    if settings["history_turns"] is not None:
-        args += ["--history-turns", str(settings["history_turns"])]
     main(args)
     capsys.readouterr()
     replayed = json.loads((tmp_path / "outcomes.json").read_text())["outcomes"]

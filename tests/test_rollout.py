@@ -200,12 +200,6 @@ def user_messages(shop, chat, trajectory, max_steps, full=False):
     return messages
 
 
-def context_start(chat, first_turn):
-    """The first turn a segment shows, by the history window (no budget cut)."""
-    window = chat.history_turns
-    return 0 if window is None else first_turn if window == 0 else max(0, first_turn - window)
-
-
 def check_template(engine, shop, trajectories, max_steps):
     """Every token that was not sampled is the chat template's rendering of the conversation.
 
@@ -223,7 +217,7 @@ def check_template(engine, shop, trajectories, max_steps):
         full_messages = user_messages(shop, chat, trajectory, max_steps, full=True)
         for segment, turns in segment_turns(trajectory):
             first, last = segment.first_turn, segment.first_turn + len(turns)
-            start = context_start(chat, first)
+            start = 0  # the whole history (no budget cut)
             pairs = [(full_messages[i] if i == start else messages[i],
                       trajectory.turns[i].reply if i < first else _SAMPLED) for i in range(start, last)]
             text = tokenizer.apply_chat_template(chat.messages(trajectory.instruction, pairs), tokenize=False)
@@ -260,22 +254,6 @@ def test_log_probs_and_mask_full_history(which, model, chained, tokenizer, shop)
         assert {t.stop for t in turns} == {"answer", "eos", "length"}
         assert any(t.action == "search[protein bars]" and t.valid_action for t in turns)
         assert any(t.format_error is not None for t in turns)
-
-
-@pytest.mark.parametrize("history_turns", [1, 0])
-def test_log_probs_and_mask_with_a_history_window(history_turns, chained, tokenizer, shop):
-    engine = engine_for(chained, tokenizer, ChatFormat(history_turns=history_turns))
-    trajectories = play(engine, shop, seed=2)
-    for trajectory in trajectories:  # window 1: turns 0+1 in the first segment, then one segment per turn
-        expected = [0, 2, 3] if history_turns == 1 else [0, 1, 2, 3]
-        assert [s.first_turn for s in trajectory.segments] == expected
-    check_bookkeeping(engine, trajectories)
-    check_template(engine, shop, trajectories, MAX_STEPS)
-    if history_turns == 1:  # the previous reply is in the context of a rebuilt segment as text, masked 0
-        trajectory = trajectories[0]
-        segment = trajectory.segments[1]
-        context = tokenizer.decode(segment.token_ids[:runs(segment.gen_mask, 1)[0][0]])
-        assert trajectory.turns[1].reply in context
 
 
 def test_context_budget_forces_a_rebuild(chained, tokenizer, shop):
@@ -377,20 +355,6 @@ def test_reusing_the_cache_between_turns_gives_the_same_samples(chained, tokeniz
     assert [r[:1] for r in replies(other)] != [r[:1] for r in replies(reused[:2])]
 
 
-def test_prefill_per_row_gives_the_same_samples_as_the_padded_batch(chained, tokenizer, shop):
-    """Encoding each episode's new tokens on its own (no padding) changes nothing but the cost."""
-    batched = play(engine_for(chained, tokenizer), shop, seed=21)
-    per_row = play(engine_for(chained, tokenizer, prefill="per_row"), shop, seed=21)
-    assert replies(per_row) == replies(batched)
-    assert len({len(t.segments[0].token_ids) for t in batched}) > 1  # the rows' contexts differ: there was padding
-    for a, b in zip(per_row, batched):
-        assert [s.token_ids for s in a.segments] == [s.token_ids for s in b.segments]
-        for s, r in zip(a.segments, b.segments):
-            assert s.logp == pytest.approx(r.logp, abs=TOLERANCE)
-    with pytest.raises(ValueError, match="prefill"):
-        engine_for(chained, tokenizer, prefill="sideways")
-
-
 def test_packed_weights_give_the_same_samples(chained, tokenizer, shop, monkeypatch):
     """Decoding with oneDNN-packed weights (``rollout.packed``) changes nothing but the cost, and the packed path is
     the one taken: every decode step goes through it."""
@@ -450,9 +414,8 @@ class EndsTurn:
 
 
 @pytest.mark.parametrize("chat", [ChatFormat(context_budget=16384), ChatFormat(repeat_pages="full",
-                                                                               context_budget=16384),
-                                  ChatFormat(history_turns=1), ChatFormat(history_turns=0)],
-                         ids=["full-history", "full-pages", "window-1", "window-0"])
+                                                                               context_budget=16384)],
+                         ids=["full-history", "full-pages"])
 def test_demonstrations_match_the_chat_template(chat, model, tokenizer, shop):
     engine = engine_for(model, tokenizer, chat)
     goals, max_steps = GOALS[:4], 15
@@ -474,7 +437,7 @@ def test_demonstrations_match_the_chat_template(chat, model, tokenizer, shop):
                 # last reply
                 messages = user_messages(shop, chat, trajectory, max_steps)
                 full_messages = user_messages(shop, chat, trajectory, max_steps, full=True)
-                start, last = context_start(chat, segment.first_turn), segment.first_turn + len(turns)
+                start, last = 0, segment.first_turn + len(turns)
                 pairs = [(full_messages[i] if i == start else messages[i], trajectory.turns[i].reply)
                          for i in range(start, last)]
                 whole = tokenizer.apply_chat_template(chat.messages(trajectory.instruction, pairs),
@@ -489,10 +452,8 @@ def eos_turn(tokenizer):
     return tokenizer.eos_token + "\n"
 
 
-@pytest.mark.parametrize("chat", [ChatFormat(), ChatFormat(history_turns=1), ChatFormat(history_turns=0)],
-                         ids=["full-history", "window-1", "window-0"])
-def test_the_clicked_button_is_visible_in_the_context(chat, model, tokenizer, shop):
-    engine = engine_for(model, tokenizer, chat)
+def test_the_clicked_button_is_visible_in_the_context(model, tokenizer, shop):
+    engine = engine_for(model, tokenizer, ChatFormat())
     trajectories = oracle_demonstrations(engine, [WebShopEnv(shop, max_steps=15) for _ in range(2)], GOALS[:2])
     missing, checked = [], 0
     for trajectory in trajectories:
@@ -586,17 +547,16 @@ def test_engine_validation(model, tokenizer, shop):
 
 
 def test_rollout_settings_build_their_engine_and_name_a_setting_out_of_range(model, tokenizer):
-    settings = RolloutSettings(temperature=0.7, top_p=0.9, max_new_tokens=12, valid_clicks=True, prefill="per_row")
+    settings = RolloutSettings(temperature=0.7, top_p=0.9, max_new_tokens=12, valid_clicks=True)
     engine = settings.engine(model, tokenizer, ChatFormat())
-    assert (engine.temperature, engine.top_p, engine.max_new_tokens, engine.prefill) == (0.7, 0.9, 12, "per_row")
+    assert (engine.temperature, engine.top_p, engine.max_new_tokens) == (0.7, 0.9, 12)
     assert not engine.greedy and engine.click_constraint is not None
     assert settings.engine(model, tokenizer, ChatFormat(), greedy=True).greedy
     assert RolloutSettings().engine(model, tokenizer, ChatFormat()).click_constraint is None
     RolloutSettings().check("rollout.")  # the defaults are in range
     for bad, message in ((dict(temperature=0.0), "rollout.temperature must be > 0, got 0"),
                          (dict(top_p=1.5), "rollout.top_p must be in (0, 1], got 1.5"),
-                         (dict(max_new_tokens=0), "rollout.max_new_tokens must be >= 1, got 0"),
-                         (dict(prefill="rows"), "rollout.prefill must be one of ('batched', 'per_row'), got 'rows'")):
+                         (dict(max_new_tokens=0), "rollout.max_new_tokens must be >= 1, got 0")):
         with pytest.raises(ValueError) as raised:
             RolloutSettings(**bad).check("rollout.")
         assert str(raised.value) == message

@@ -202,8 +202,8 @@ def pack_generated(values: Tensor, gen_mask: Tensor, traj_index: Tensor,
                    num_trajectories: int) -> tuple[Tensor, Tensor]:
     """Gather the generated-token values of every trajectory's segments into one row per trajectory.
 
-    Only generated tokens enter the losses, so a trajectory split over several segments (history window, context
-    budget) is the concatenation of its segments' generated tokens.
+    Only generated tokens enter the losses, so a trajectory split over several segments (a context rebuilt to fit
+    the budget) is the concatenation of its segments' generated tokens.
 
     Args:
         values: (S, T) per-token values (log-probs) of S segments.

@@ -47,8 +47,7 @@ def evaluate_command(args: argparse.Namespace) -> dict:
     data_dir, description = resolve_data_dir(args.data_dir)
     print(description, file=sys.stderr)
     env = EnvConfig(data_dir=str(data_dir) if data_dir else SYNTHETIC, goals=args.goals, seed=args.catalog_seed,
-                    split_scheme=args.split_scheme, max_steps=args.max_steps, wording=args.wording,
-                    wording_seed=args.wording_seed)
+                    max_steps=args.max_steps, wording=args.wording, wording_seed=args.wording_seed)
     shop = env.shop(announce=False)  # said above; the rollouts below find it in the same per-process cache
     if args.skip < 0 or args.limit < 0:
         raise SystemExit(f"error: --skip {args.skip} --limit {args.limit}: both must be >= 0")
@@ -66,8 +65,7 @@ def evaluate_command(args: argparse.Namespace) -> dict:
                             max_model_len=max(args.context_budget, VLLMSettings.max_model_len))
         rollout = RolloutSettings(max_new_tokens=args.max_new_tokens, valid_clicks=args.valid_clicks,
                                   pack_weights=args.pack_weights, backend=args.backend, vllm=vllm)
-        chat = ChatFormat(history_turns=args.history_turns, context_budget=args.context_budget,
-                          one_shot=args.one_shot)
+        chat = ChatFormat(context_budget=args.context_budget)
         if args.backend == "vllm":
             try:
                 check_model(args.model, 0, vllm, on_cpu=args.device == "cpu", context_budget=args.context_budget)
@@ -96,12 +94,10 @@ def evaluate_command(args: argparse.Namespace) -> dict:
 def save_outcomes(args: argparse.Namespace, trajectories) -> None:
     """Write the greedy outcome of every goal, with the settings that reproduce it, as JSON (a reference policy's
     card keeps one, and a test replays it)."""
-    settings = {k: getattr(args, k) for k in ("data_dir", "goals", "catalog_seed", "split", "split_scheme", "limit",
-                                              "max_steps", "max_new_tokens", "history_turns", "context_budget")}
+    settings = {k: getattr(args, k) for k in ("data_dir", "goals", "catalog_seed", "split", "limit", "max_steps",
+                                              "max_new_tokens", "context_budget")}
     if args.skip:
         settings.update(skip=args.skip)
-    if args.one_shot:
-        settings.update(one_shot=True)
     if args.wording != "original":
         settings.update(wording=args.wording, wording_seed=args.wording_seed)
     outcomes = {str(t.goal_index): {"success": t.success, "score": t.score, "turns": len(t.turns)}
@@ -126,8 +122,7 @@ def ask_command(args: argparse.Namespace) -> dict:
     answer = ask(model, tokenizer, env.shop(announce=False), args.instruction,
                  RolloutSettings(max_new_tokens=args.max_new_tokens, valid_clicks=args.valid_clicks,
                                  pack_weights=args.pack_weights),
-                 ChatFormat(history_turns=args.history_turns, context_budget=args.context_budget,
-                            one_shot=args.one_shot),
+                 ChatFormat(context_budget=args.context_budget),
                  max_steps=args.max_steps)
     print_answer(answer, args.excerpt_chars)
     return {"asin": answer.asin, "title": answer.title, "options": answer.options, "score": answer.score,
@@ -166,7 +161,6 @@ def main(argv: list[str] | None = None) -> dict:
     ev.add_argument("--goals", choices=("synthetic", "human"), default="synthetic")
     ev.add_argument("--catalog-seed", type=int, default=233, help="price/goal seed; 233 reproduces WebShop")
     ev.add_argument("--split", choices=("train", "val", "test"), default="test")
-    ev.add_argument("--split-scheme", choices=("webshop", "verl"), default="webshop")
     ev.add_argument("--wording", choices=WORDINGS, default="original",
                     help="the instructions' words: the generator's (original), or each goal's rewritten from its own "
                          "fields in the held-out or the training family of phrasings; the same goals and reward")
@@ -183,10 +177,7 @@ def main(argv: list[str] | None = None) -> dict:
     ev.add_argument("--top-p", type=float, default=1.0, help="nucleus mass of --samples")
     ev.add_argument("--valid-clicks", action="store_true",
                     help="constrain click arguments to the items on the page (greedy and sampled episodes)")
-    ev.add_argument("--history-turns", type=int, default=None, help="last k turns only (default: full)")
     ev.add_argument("--context-budget", type=int, default=4096)
-    ev.add_argument("--one-shot", action="store_true",
-                    help="a worked example episode before the task (ChatFormat.one_shot), for a prompted model")
     ev.add_argument("--pack-weights", action="store_true",
                     help="decode with oneDNN-packed linear weights on a CPU (RolloutSettings.pack_weights)")
     ev.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
@@ -227,9 +218,7 @@ def main(argv: list[str] | None = None) -> dict:
     ask.add_argument("--max-steps", type=int, default=15, help="env steps (turns) in the episode")
     ask.add_argument("--max-new-tokens", type=int, default=64)
     ask.add_argument("--valid-clicks", action="store_true", help="constrain click arguments to the items on the page")
-    ask.add_argument("--history-turns", type=int, default=None, help="last k turns only (default: full)")
     ask.add_argument("--context-budget", type=int, default=4096)
-    ask.add_argument("--one-shot", action="store_true", help="a worked example episode before the task")
     ask.add_argument("--excerpt-chars", type=int, default=EXCERPT_CHARS, help="characters of each page shown")
     ask.add_argument("--pack-weights", action="store_true",
                      help="decode with oneDNN-packed linear weights on a CPU (RolloutSettings.pack_weights)")

@@ -96,16 +96,12 @@ class WebShopTasksetConfig(vf.TasksetConfig):
     """Synthetic (attribute-based) or human goals."""
     catalog_seed: int = 233
     """The catalog seed: prices, goals and their order (233 reproduces WebShop)."""
-    split_scheme: Literal["webshop", "verl"] = "webshop"
-    """The split's index ranges, as for ``WebShopGymEnv``."""
     max_steps: int = Field(15, ge=1)
     """Actions per episode; the one that reaches it without a purchase ends the episode with score 0."""
     repeat_pages: RepeatPages = "short"
     """``ChatFormat.repeat_pages``: "short" shows a page identical to the previous turn's as one line."""
     max_observation_chars: int = Field(0, ge=0)
     """``ChatFormat.max_observation_chars``: cut a page to this many characters (0 = no cut)."""
-    one_shot: bool = False
-    """``ChatFormat.one_shot``: a worked example episode before the task, for a model not trained on the format."""
 
     def gym_env(self) -> WebShopGymEnv:
         """A new ``WebShopGymEnv`` with these settings (the catalog is loaded once per process).
@@ -114,18 +110,16 @@ class WebShopTasksetConfig(vf.TasksetConfig):
             WebShopDataError: a missing or malformed data file.
         """
         return WebShopGymEnv(data_dir=self.data_dir, split=self.split, observation_mode=self.observation_mode,
-                             goals=self.goals, catalog_seed=self.catalog_seed, split_scheme=self.split_scheme,
-                             max_steps=self.max_steps)
+                             goals=self.goals, catalog_seed=self.catalog_seed, max_steps=self.max_steps)
 
     def chat(self) -> ChatFormat:
         """The chat format that writes the messages (``rollout.chat.parse_reply`` reads the replies)."""
-        return ChatFormat(repeat_pages=self.repeat_pages, max_observation_chars=self.max_observation_chars,
-                          one_shot=self.one_shot)
+        return ChatFormat(repeat_pages=self.repeat_pages, max_observation_chars=self.max_observation_chars)
 
 
 class WebShopData(vf.TaskData):
-    """One goal: ``prompt`` holds the first turn's messages (the task message and the search page, after the example
-    episode with ``one_shot``), ``system_prompt`` the chat format's system message."""
+    """One goal: ``prompt`` holds the first turn's messages (the task message and the search page),
+    ``system_prompt`` the chat format's system message."""
 
     goal_index: int
     """The goal, an index into the catalog's goals inside the split."""
@@ -259,13 +253,13 @@ class ChatHarness(vf.Harness[ChatHarnessConfig]):
 
 def load_environment(data_dir: str | os.PathLike | None = "synthetic", split: str | None = "test",
                      observation_mode: str = "text", goals: str = "synthetic", catalog_seed: int = 233,
-                     split_scheme: str = "webshop", max_steps: int = 15, repeat_pages: str = "short",
-                     max_observation_chars: int = 0, one_shot: bool = False) -> WebShopVerifiersEnv:
+                     max_steps: int = 15, repeat_pages: str = "short",
+                     max_observation_chars: int = 0) -> WebShopVerifiersEnv:
     """The verifiers environment of a WebShop split, through ``vf.load_environment`` (verifiers 0.4.0).
 
     Args:
-        data_dir, split, observation_mode, goals, catalog_seed, split_scheme, max_steps, repeat_pages,
-            max_observation_chars, one_shot: the fields of :class:`WebShopTasksetConfig` (each documented there).
+        data_dir, split, observation_mode, goals, catalog_seed, max_steps, repeat_pages, max_observation_chars:
+            the fields of :class:`WebShopTasksetConfig` (each documented there).
 
     Returns:
         A :class:`WebShopVerifiersEnv`; ``env.taskset`` iterates the split's goals as :class:`WebShopTask` s
@@ -278,6 +272,6 @@ def load_environment(data_dir: str | os.PathLike | None = "synthetic", split: st
     """
     taskset = WebShopTasksetConfig(data_dir=None if data_dir is None else str(data_dir), split=split,
                                    observation_mode=observation_mode, goals=goals, catalog_seed=catalog_seed,
-                                   split_scheme=split_scheme, max_steps=max_steps, repeat_pages=repeat_pages,
-                                   max_observation_chars=max_observation_chars, one_shot=one_shot)
+                                   max_steps=max_steps, repeat_pages=repeat_pages,
+                                   max_observation_chars=max_observation_chars)
     return vf.load_environment(WebShopVerifiersEnvConfig(taskset=taskset))

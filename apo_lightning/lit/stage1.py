@@ -157,8 +157,8 @@ class Stage1:
         With ``rollout.backend`` "vllm", ``backend`` (this process's server, holding ``model``'s weights) samples.
         """
         share = goals[rank::world_size]
-        # π_ref's own distribution at vstar.temperature; batched prefill whatever rollout.prefill says
-        sampler = replace(self.rollout, temperature=self.settings.temperature, top_p=1.0, prefill="batched")
+        # π_ref's own distribution at vstar.temperature
+        sampler = replace(self.rollout, temperature=self.settings.temperature, top_p=1.0)
         engine = sampler.engine(model, tokenizer, self.chat, self.reward, backend=backend)
         repeated = [g for g in share for _ in range(self.settings.num_samples)]
         make_envs = (partial(self.env.training_envs, seed=derive_seed(self.seed, purpose, rank, "wording"))

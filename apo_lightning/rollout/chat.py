@@ -20,31 +20,6 @@ DEFAULT_TASK_PROMPT = (
     "instruction, then click buy now. Reply with <think>your reasoning</think><answer>one action</answer>, "
     "where the action is search[query] or click[item] with an item shown in brackets."
 )
-#: A worked example episode for ``ChatFormat.one_shot``: the oracle's four turns on a training goal of the real 1k
-#: catalog (goal 1513), its query shortened and its results page cut to three products. ReAct prompts WebShop with
-#: one such episode (Yao et al. 2023, "ReAct", §4 and Appendix C.3).
-ONE_SHOT_INSTRUCTION = ("Find me wall mounted, white item, easy clean tv stands for living room with color: concrete "
-                        "gray, and price lower than 110.00 dollars")
-ONE_SHOT_TURNS = (
-    ("Turn 1 (15 actions left):\nSearch\nActions: search[<query>]",
-     "<think>I search for the product in the instruction.</think><answer>search[wall mounted white tv stand for "
-     "living room concrete gray]</answer>"),
-    ("Turn 2 (14 actions left):\n[Back to Search]\nPage 1 (Total results: 50)\n[Next >]\n[B09F6SCW47]\n"
-     "hongxinq Floating TV Stand with Storage Shelves, Chipboard Wall Mounted Hanging Television Cabinet, Modern "
-     "Storage Cabinet for Living Room, Bedroom, 12Inx11.8Inx35.4In, White\n$90.79\n[B09S6S7LG1]\nTV Stand for 70 "
-     "Inch TV Entertainment Center Stand TV Stand with Storage for TV Console Cabinet Media Cable Box Gaming 70 inch "
-     "TV Stands for Bedroom Living Room\n$169.99\n[B09MNNBDTJ]\nWoody BL-EF Electric Fireplace 77\" TV Stand "
-     "(White/Gray)\n$100.0\nActions: click[<an item in brackets>]",
-     "<think>B09F6SCW47 is a white wall mounted tv stand under 110 dollars.</think><answer>click[B09F6SCW47]</answer>"),
-    ("Turn 3 (13 actions left):\n[Back to Search]\n[< Prev]\ncolor\n[brown]\n[concrete gray]\n[grey]\n[white]\n"
-     "[white+brown]\nhongxinq Floating TV Stand with Storage Shelves, Chipboard Wall Mounted Hanging Television "
-     "Cabinet, Modern Storage Cabinet for Living Room, Bedroom, 12Inx11.8Inx35.4In, White\nPrice: $90.79\nRating: "
-     "N.A.\n[Description]\n[Features]\n[Reviews]\n[Buy Now]\nActions: click[<an item in brackets>]",
-     "<think>The instruction asks for color: concrete gray.</think><answer>click[concrete gray]</answer>"),
-    ("Turn 4 (12 actions left):\n(the same page as before; you did click[concrete gray])\nActions: click[<an item in "
-     "brackets>]",
-     "<think>The options match the instruction, so I buy it.</think><answer>click[buy now]</answer>"),
-)
 #: Where a reply's answer opens (``parse_reply``; ``constrained`` finds the click being typed after it).
 ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 _ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
@@ -147,11 +122,10 @@ class ChatFormat:
     Args:
         system_prompt: the system message.
         task_prompt: the task message; ``{instruction}`` is replaced by the goal's instruction.
-        history_turns: None = full history (RAGEN: the whole trajectory is one chat); k = keep only the last k
-            turns (observation + reply) before the current one.
-        context_budget: maximum prompt + reply length in tokens. When the next turn would not fit, the context
-            is rebuilt from the system and task messages plus as many of the most recent turns as fit (oldest
-            dropped first); if the current page alone does not fit, its middle is cut (``…``).
+        context_budget: maximum prompt + reply length in tokens. The whole trajectory is one chat (RAGEN); when the
+            next turn would not fit, the context is rebuilt from the system and task messages plus as many of the
+            most recent turns as fit (oldest dropped first); if the current page alone does not fit, its middle is
+            cut (``…``).
         rebuild_fill: the share of the budget (0 < f <= 1) that a rebuilt context may fill with earlier turns. At 1
             it holds as many turns as fit, so in a long episode every later turn overflows again and its whole
             context is encoded anew (no KV-cache reuse); below 1 the next turns are appended to the rebuilt context
@@ -159,26 +133,19 @@ class ChatFormat:
         max_observation_chars: cut any single page to this many characters first (0 = no cut).
         repeat_pages: "full" shows every page in full (RAGEN); "short" replaces a page identical to the previous
             turn's by one line (saves hundreds of tokens per option click).
-        one_shot: put a worked example episode (:data:`ONE_SHOT_TURNS`, about 600 tokens) before the task, as
-            earlier chat turns: one-shot prompting (Brown et al. 2020; ReAct's WebShop prompt, Yao et al. 2023), for
-            a model prompted without training on this format.
     """
 
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     task_prompt: str = DEFAULT_TASK_PROMPT
-    history_turns: int | None = None
     context_budget: int = 4096
     rebuild_fill: float = 1.0
     max_observation_chars: int = 0
     repeat_pages: RepeatPages = "short"
-    one_shot: bool = False
 
     def __post_init__(self) -> None:
         """Raise ValueError for a setting out of range, named as its key under a data module (``chat.<setting>``)."""
         if self.repeat_pages not in get_args(RepeatPages):
             raise ValueError(f"chat.repeat_pages must be one of {get_args(RepeatPages)}, got {self.repeat_pages!r}")
-        if self.history_turns is not None and self.history_turns < 0:
-            raise ValueError(f"chat.history_turns must be None or >= 0, got {self.history_turns}")
         if self.max_observation_chars < 0:
             raise ValueError(f"chat.max_observation_chars must be >= 0 (0 = no cut), got {self.max_observation_chars}")
         if self.context_budget < 64:
@@ -187,11 +154,9 @@ class ChatFormat:
             raise ValueError(f"chat.rebuild_fill must be in (0, 1] (a share of context_budget), got {self.rebuild_fill}")
 
     def key_parts(self) -> dict[str, Any]:
-        """Every setting, for cache keys (stage-1 V* tables, demonstrations); ``one_shot`` only when it is on and
-        ``rebuild_fill`` only below 1, so the keys of caches made without them stay valid."""
+        """Every setting, for cache keys (stage-1 V* tables, demonstrations); ``rebuild_fill`` only below 1, so the
+        keys of caches made without it stay valid."""
         parts = asdict(self)
-        if not self.one_shot:
-            del parts["one_shot"]
         if self.rebuild_fill == 1.0:
             del parts["rebuild_fill"]
         return parts
@@ -219,16 +184,9 @@ class ChatFormat:
     def messages(self, instruction: str, turns: list[tuple[str, str | None]]) -> list[dict[str, str]]:
         """Chat messages for ``turns`` = [(user turn message, reply or None for the current turn), ...].
 
-        The task message is prepended to the first listed turn's user message; with ``one_shot`` the example
-        episode's messages come first, in the same form.
+        The task message is prepended to the first listed turn's user message.
         """
         messages = [{"role": "system", "content": self.system_prompt}]
-        if self.one_shot:
-            messages += self._turn_messages(ONE_SHOT_INSTRUCTION, ONE_SHOT_TURNS)
-        return messages + self._turn_messages(instruction, turns)
-
-    def _turn_messages(self, instruction: str, turns) -> list[dict[str, str]]:
-        messages = []
         for i, (user, reply) in enumerate(turns):
             content = f"{self.task_message(instruction)}\n\n{user}" if i == 0 else user
             messages.append({"role": "user", "content": content})

@@ -13,7 +13,7 @@ import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 from tqdm import tqdm
@@ -61,8 +61,6 @@ class RolloutEngine:
         greedy: decode greedily (evaluation).
         reuse_cache: keep each episode's keys/values between turns, so a turn only encodes its new tokens
             (full history); off = re-encode the whole context every turn.
-        prefill: how a turn's new tokens are encoded: "batched" (one left-padded batch) or "per_row" (each episode
-            on its own, no compute on padding; then decoded together).
         valid_clicks: constrain each reply's click argument to the current page's clickables (``constrained``),
             token by token, greedy and sampled alike; the recorded log-probabilities stay the unconstrained
             policy's.
@@ -73,15 +71,14 @@ class RolloutEngine:
             seeded generator, and valid clicks are applied by the server. None: the engine's own decoder.
 
     Raises:
-        ValueError: ``temperature`` ≤ 0, ``top_p`` outside (0, 1], an unknown ``prefill``, or a context budget
-            with no room for a prompt.
+        ValueError: ``temperature`` ≤ 0, ``top_p`` outside (0, 1], or a context budget with no room for a
+            prompt.
     """
 
     def __init__(self, model, tokenizer, chat: ChatFormat | None = None, reward: RewardSettings | None = None,
                  max_new_tokens: int = 64,
                  temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, reuse_cache: bool = True,
-                 prefill: Literal["batched", "per_row"] = "batched", valid_clicks: bool = False,
-                 pack_weights: bool = False, backend: "VLLMBackend | None" = None):
+                 valid_clicks: bool = False, pack_weights: bool = False, backend: "VLLMBackend | None" = None):
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
         if not 0 < top_p <= 1:
@@ -95,9 +92,6 @@ class RolloutEngine:
         self.top_p = top_p
         self.greedy = greedy
         self.reuse_cache = reuse_cache
-        if prefill not in ("batched", "per_row"):
-            raise ValueError(f"prefill must be 'batched' or 'per_row', got {prefill!r}")
-        self.prefill = prefill
         self.pack_weights = pack_weights
         self.backend = backend
         self.valid_clicks = valid_clicks
@@ -262,10 +256,7 @@ class RolloutEngine:
         pasts = pasts if (pasts is not None and self.reuse_cache) else [None] * batch
         past_lengths = [p.length if p is not None else 0 for p in pasts]
         new_tokens = [prompt[n:] for prompt, n in zip(prompts, past_lengths)]
-        if self.prefill == "per_row" and batch > 1:
-            cache, attention, logits, next_position = self._prefill_per_row(new_tokens, pasts, past_lengths, device)
-        else:
-            cache, attention, logits, next_position = self._prefill_batched(new_tokens, pasts, past_lengths, device)
+        cache, attention, logits, next_position = self._prefill(new_tokens, pasts, past_lengths, device)
 
         rows = list(range(batch))  # original index of each live row
         tokens: list[list[int]] = [[] for _ in range(batch)]
@@ -306,8 +297,8 @@ class RolloutEngine:
             next_position = next_position + 1
         return [(tokens[i], logps[i], stops[i], new_pasts[i]) for i in range(batch)]
 
-    def _prefill_batched(self, new_tokens: list[list[int]], pasts: list[Past | None], past_lengths: list[int],
-                         device) -> tuple:
+    def _prefill(self, new_tokens: list[list[int]], pasts: list[Past | None], past_lengths: list[int],
+                 device) -> tuple:
         """Encode every row's new tokens in one padded batch: ``(cache, attention (B, W), logits (B, V),
         next_position (B, 1))``, each row's real tokens right-aligned in ``attention``."""
         batch = len(new_tokens)
@@ -332,35 +323,6 @@ class RolloutEngine:
         cache, logits = out.cache, out.logits[:, -1, :]  # (B, V)
         next_position = positions[:, -1:] + 1  # (B, 1)
         return cache, attention, logits, next_position
-
-    def _prefill_per_row(self, new_tokens: list[list[int]], pasts: list[Past | None], past_lengths: list[int],
-                         device) -> tuple:
-        """Encode each row's new tokens on its own (no padding: a one-line page is not padded to the longest
-        results page), then right-align the rows' caches for batched decoding; same return as
-        :meth:`_prefill_batched`."""
-        row_pasts, row_logits = [], []
-        for tokens, past, n_past in zip(new_tokens, pasts, past_lengths):
-            cache = new_cache(self.model)
-            if past is not None:
-                for layer, (keys, values) in zip(cache.layers, past.layers):
-                    layer.update(keys[None].to(device), values[None].to(device))
-            ids = torch.tensor([tokens], dtype=torch.long, device=device)
-            positions = torch.arange(n_past, n_past + len(tokens), device=device)[None]
-            out = self.model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True,
-                             logits_to_keep=1)
-            row_logits.append(out.logits[0, -1])
-            row_pasts.append(Past([(layer.keys[0], layer.values[0]) for layer in out.cache.layers],
-                                  n_past + len(tokens)))
-        lengths = [p.length for p in row_pasts]
-        width = max(lengths)
-        cache = new_cache(self.model)
-        for layer, (keys, values) in zip(cache.layers, stack_pasts(row_pasts, width, device)):
-            layer.update(keys, values)
-        attention = torch.zeros((len(lengths), width), dtype=torch.long, device=device)
-        for i, n in enumerate(lengths):
-            attention[i, width - n:] = 1
-        next_position = torch.tensor(lengths, dtype=torch.long, device=device)[:, None]
-        return cache, attention, torch.stack(row_logits), next_position
 
     def _constrain_clicks(self, logits: torch.Tensor, replies: list[str],
                           clickables: list[list[str]]) -> torch.Tensor:

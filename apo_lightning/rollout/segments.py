@@ -1,10 +1,9 @@
-"""Prompt segmentation: how an episode's chat becomes token sequences under a history window and a context budget.
+"""Prompt segmentation: how an episode's chat becomes token sequences under a context budget.
 
-With full history a trajectory is a single segment: each turn's delta (end of the reply, next user message,
-generation prompt) is appended to the previous tokens, so the KV cache of the last turn stays valid. A new segment
-starts only when the context must be rebuilt: a history window (``ChatFormat.history_turns``) moved, or the context
-budget would be exceeded. Earlier replies re-rendered as context in a new segment are text, masked 0; only tokens
-sampled in a segment carry mask 1 there.
+The whole history is one chat (RAGEN): a trajectory is a single segment, each turn's delta (end of the reply, next
+user message, generation prompt) appended to the previous tokens, so the KV cache of the last turn stays valid. A new
+segment starts only when the context budget would be exceeded and the context is rebuilt. Earlier replies re-rendered
+as context in a new segment are text, masked 0; only tokens sampled in a segment carry mask 1 there.
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ class PromptSegmenter:
 
     Args:
         tokenizer: a tokenizer with a chat template.
-        chat: the prompt format (history window, context budget).
+        chat: the prompt format (context budget).
         max_new_tokens: room kept for the reply in every context.
         eos_ids: token ids that end a reply (a reply ended by one is not closed twice).
 
@@ -85,15 +84,14 @@ class PromptSegmenter:
         return pairs + [(current, None)]
 
     def new_segment(self, trajectory: Trajectory, history: ChatHistory) -> Segment:
-        """Render the context from scratch (system, task and the turns the window and budget allow) as a new
+        """Render the context from scratch (system, task and the most recent turns the budget allows) as a new
         segment of ``trajectory``, and return it.
 
         Raises:
             ValueError: the budget cannot hold even the task message with the current page cut short.
         """
         turn = len(history.replies)
-        window = self.chat.history_turns
-        start = turn if window == 0 else (max(0, turn - window) if window is not None else 0)
+        start = 0
         budget = self.chat.context_budget - self.max_new_tokens
         with_earlier_turns = int(budget * self.chat.rebuild_fill)  # room left for the next turns' deltas
         cut: str | None = None  # the current message, cut to fit
@@ -118,17 +116,12 @@ class PromptSegmenter:
 
     def next_turn(self, trajectory: Trajectory, history: ChatHistory, last_token: int) -> bool:
         """Prepare the next turn's prompt: append its delta to the current segment, or start a new segment when
-        the window moved or the budget would be exceeded.
+        the budget would be exceeded.
 
         Returns:
             True when a new segment was started (its context must be encoded from scratch).
         """
         segment = trajectory.segments[-1]
-        turn = len(history.replies)
-        window = self.chat.history_turns
-        if window is not None and turn - history.history_start > window:
-            self.new_segment(trajectory, history)
-            return True
         # delta = what the template puts after the assistant's reply: end of turn, next user message, prompt
         turns = self._turns(history, history.history_start, history.message)
         turns[-2] = (turns[-2][0], _SENTINEL)

@@ -10,7 +10,6 @@ from .chat import ChatFormat
 from .engine import RolloutEngine
 from .vllm_backend import VLLMBackend, VLLMSettings
 
-Prefill = Literal["batched", "per_row"]
 Backend = Literal["hf", "vllm"]
 
 
@@ -35,14 +34,12 @@ class RolloutSettings:
         max_new_tokens: reply token limit per turn.
         valid_clicks: constrain every click argument to the page's clickables (``rollout.constrained``), greedy and
             sampled alike (off: the policy writes what it writes).
-        prefill: how the engine encodes a turn's new tokens: "batched" (one left-padded batch) or "per_row" (each
-            episode on its own: no compute on padding; the same samples).
         pack_weights: on a CPU, decode with oneDNN-packed copies of the linear weights, made afresh for each rollout
             (``rollout.packed``; the samples equal plain decoding's up to float rounding). No effect elsewhere.
         backend: what samples the replies: "hf" (the project's own batched decoder over the policy itself, any
             model) or "vllm" (a vLLM server per process in vLLM's own environment, ``rollout.vllm_backend``; the
             policy's weights reach it after every update). Both take the same prompt token ids and seeds and
-            return the same trajectories' fields; ``prefill`` and ``pack_weights`` are the "hf" decoder's.
+            return the same trajectories' fields; ``pack_weights`` is the "hf" decoder's.
         vllm: how the vLLM server runs (with ``backend: vllm``).
     """
 
@@ -50,7 +47,6 @@ class RolloutSettings:
     top_p: float = 1.0
     max_new_tokens: int = 64
     valid_clicks: bool = False
-    prefill: Prefill = "batched"
     pack_weights: bool = False
     backend: Backend = "hf"
     vllm: VLLMSettings = field(default_factory=VLLMSettings)
@@ -60,8 +56,6 @@ class RolloutSettings:
         check_settings(prefix, [("temperature", self.temperature, self.temperature > 0, "> 0"),
                                 ("top_p", self.top_p, 0 < self.top_p <= 1, "in (0, 1]"),
                                 ("max_new_tokens", self.max_new_tokens, self.max_new_tokens >= 1, ">= 1"),
-                                ("prefill", self.prefill, self.prefill in get_args(Prefill),
-                                 f"one of {get_args(Prefill)}"),
                                 ("backend", self.backend, self.backend in get_args(Backend),
                                  f"one of {get_args(Backend)}")])
         if self.backend == "vllm":
@@ -82,5 +76,5 @@ class RolloutSettings:
             raise ValueError("rollout.backend is 'vllm' but no vLLM server was given to the engine")
         return RolloutEngine(model, tokenizer, chat, reward, max_new_tokens=self.max_new_tokens,
                              temperature=self.temperature,
-                             top_p=self.top_p, greedy=greedy, prefill=self.prefill, valid_clicks=self.valid_clicks,
+                             top_p=self.top_p, greedy=greedy, valid_clicks=self.valid_clicks,
                              pack_weights=self.pack_weights, backend=backend if self.backend == "vllm" else None)

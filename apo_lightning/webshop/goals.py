@@ -25,8 +25,6 @@ PRICE_RANGE = [10.0 * i for i in range(1, 100)]
 NO_PRICE_UPPER = 1000000
 #: Goal index ranges of the WebShop paper / RAGEN convention: test [0, 500), val [500, 1500), train [1500, N).
 SPLITS = {"test": (0, 500), "val": (500, 1500), "train": (1500, None)}
-#: verl-agent's convention on the 1k set: test (= val) [0, 500), train [500, N).
-VERL_SPLITS = {"test": (0, 500), "val": (0, 500), "train": (500, None)}
 
 
 def _price_upper(price: float, rng: random.Random) -> tuple[float, str]:
@@ -229,19 +227,16 @@ def instruction_goal(instruction: str) -> dict:
     return {"instruction_text": instruction}
 
 
-def split_range(split: str, num_goals: int, scheme: str = "webshop") -> range:
-    """Goal indices of ``split`` ("train" | "val" | "test") under ``scheme`` ("webshop" | "verl").
+def split_range(split: str, num_goals: int) -> range:
+    """Goal indices of ``split`` ("train" | "val" | "test"): :data:`SPLITS`.
 
     Raises:
-        ValueError: unknown split or scheme, or the split is empty for this many goals.
+        ValueError: unknown split, or the split is empty for this many goals.
     """
-    table = {"webshop": SPLITS, "verl": VERL_SPLITS}.get(scheme)
-    if table is None:
-        raise ValueError(f"unknown split scheme {scheme!r}; expected 'webshop' or 'verl'")
-    if split not in table:
-        raise ValueError(f"unknown split {split!r}; expected one of {sorted(table)}")
-    start, stop = table[split]
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {sorted(SPLITS)}")
+    start, stop = SPLITS[split]
     indices = range(start, min(num_goals, stop if stop is not None else num_goals))
     if len(indices) == 0:
-        raise ValueError(f"split {split!r} ({scheme}) is empty: the catalog has only {num_goals} goals")
+        raise ValueError(f"split {split!r} is empty: the catalog has only {num_goals} goals")
     return indices

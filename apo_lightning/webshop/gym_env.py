@@ -64,14 +64,12 @@ class WebShopGymEnv(gym.Env[str, str]):
             (``$APO_WEBSHOP_DATA``, else ``data/webshop_1k`` if present, else the synthetic catalog; said once per
             process on stderr). Catalogs are loaded once per process and shared by every env on the same
             ``(data_dir, goals, catalog_seed)``.
-        split: the goals ``reset`` draws from: "train" | "val" | "test" (index ranges of ``split_scheme``), or None
-            for every goal.
+        split: the goals ``reset`` draws from: "train" | "val" | "test" (test [0, 500), val [500, 1500), train
+            [1500, N)), or None for every goal.
         observation_mode: "text" (' [SEP] '-joined) or "text_rich" (marked buttons).
         goals: "synthetic" (attribute-based, as the paper's IL/RL) or "human" goals.
         catalog_seed: the catalog seed: prices, goals and their order (233 reproduces WebShop). Not the seed of
             ``reset``.
-        split_scheme: "webshop" (test [0, 500), val [500, 1500), train [1500, N)) or "verl" (test [0, 500),
-            train [500, N)).
         max_steps: steps per episode; the step that reaches it without a purchase ends the episode with
             ``truncated=True`` and reward 0. None = no limit (as the original).
         show_attrs: show the item page's Attributes button (off upstream).
@@ -85,7 +83,7 @@ class WebShopGymEnv(gym.Env[str, str]):
             clickable; an action outside it is still passed to the engine, which decides whether it is valid.
 
     Raises:
-        ValueError: an unknown ``split``, ``split_scheme``, ``goals`` or ``observation_mode``, ``max_steps`` < 1,
+        ValueError: an unknown ``split``, ``goals`` or ``observation_mode``, ``max_steps`` < 1,
             or an empty split (the message names the value and what is allowed).
         WebShopDataError: a missing or malformed data file (named in the message).
     """
@@ -99,7 +97,6 @@ class WebShopGymEnv(gym.Env[str, str]):
         observation_mode: str = "text",
         goals: str = "synthetic",
         catalog_seed: int = 233,
-        split_scheme: str = "webshop",
         max_steps: int | None = 15,
         show_attrs: bool = False,
     ):
@@ -108,7 +105,7 @@ class WebShopGymEnv(gym.Env[str, str]):
         config = EnvConfig(data_dir=None if data_dir is None else str(data_dir), goals=goals, seed=catalog_seed)
         self.shop: WebShop = config.shop()  # loaded once per process (EnvConfig's cache)
         self.engine = WebShopEnv(self.shop, observation_mode, max_steps=max_steps, show_attrs=show_attrs)
-        self.goal_indices = range(len(self.shop.goals)) if split is None else self.shop.split(split, split_scheme)
+        self.goal_indices = range(len(self.shop.goals)) if split is None else self.shop.split(split)
         self.split = split
         self.observation_space, self.action_space = text_spaces(self.shop, observation_mode, show_attrs, max_steps)
         self._ended = False

@@ -17,7 +17,6 @@ from .env import WebShopEnv
 from .shop import WebShop
 from .wording import Wording, check_wording, drawn_goal, reworded_shop
 
-SplitScheme = Literal["webshop", "verl"]
 ObservationMode = Literal["text", "text_rich"]
 GoalKind = Literal["synthetic", "human"]
 RewardKind = Literal["score", "success"]
@@ -71,8 +70,6 @@ class EnvConfig:
             the synthetic catalog; printed at start).
         goals: "synthetic" (attribute-based, as the paper's IL/RL) or "human" goals.
         seed: the catalog seed: prices, goals and their order (233 reproduces WebShop). Not the run seed.
-        split_scheme: "webshop" (test [0, 500), val [500, 1500), train [1500, N)) or "verl" (test [0, 500),
-            train [500, N)).
         observation_mode: "text" or "text_rich".
         max_steps: env steps (turns) per episode before it ends with reward 0.
         wording: the words of the instructions: "original" (the goal generator's), or each goal's instruction
@@ -96,7 +93,6 @@ class EnvConfig:
     data_dir: str | None = None
     goals: GoalKind = "synthetic"
     seed: int = 233
-    split_scheme: SplitScheme = "webshop"
     observation_mode: ObservationMode = "text"
     max_steps: int = 15
     wording: Wording = "original"
@@ -170,8 +166,8 @@ class EnvConfig:
         return envs
 
     def split(self, name: str) -> list[int]:
-        """Goal indices of a split."""
-        return list(self.shop().split(name, self.split_scheme))
+        """Goal indices of a split: test [0, 500), val [500, 1500), train [1500, N)."""
+        return list(self.shop().split(name))
 
 
 _ANNOUNCED: set[str] = set()

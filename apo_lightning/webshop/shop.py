@@ -245,9 +245,9 @@ class WebShop:
                           self.title_nouns(product["name"]), self.title_nouns(goal["name"]))
 
     # ------------------------------------------------------------------------------------------------ splits
-    def split(self, name: str, scheme: str = "webshop") -> range:
-        """Goal indices of split ``name``: test [0, 500), val [500, 1500), train [1500, N) (or verl-agent's)."""
-        return split_range(name, len(self.goals), scheme)
+    def split(self, name: str) -> range:
+        """Goal indices of split ``name``: test [0, 500), val [500, 1500), train [1500, N)."""
+        return split_range(name, len(self.goals))
 
     def __repr__(self) -> str:
         return (f"WebShop({self.data_dir}, {len(self.products)} products, {len(self.goals)} {self.goal_kind} goals, "
