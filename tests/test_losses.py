@@ -191,7 +191,7 @@ def test_grpo_advantages_two_groups_by_size():
     assert torch.isfinite(adv).all()
 
 
-def test_grpo_advantages_group_ids_and_unscaled():
+def test_grpo_advantages_group_ids():
     reward = t([1.0, 2.0, 3.0, 6.0])
     ids = torch.tensor([10, 4, 10, 4])  # interleaved groups
     # group 10 = {1, 3}: mean 2, sample std sqrt((1 + 1) / 1) = 1.4142136 → [-0.7071068, 0.7071068]
@@ -199,8 +199,6 @@ def test_grpo_advantages_group_ids_and_unscaled():
     # (population std would give ±1 instead: this pins the Bessel-corrected convention)
     adv = grpo_advantages(reward, ids)
     assert torch.allclose(adv, t([-0.7071068, -0.7071068, 0.7071068, 0.7071068]), atol=1e-5)
-    # scale=False: only the mean is subtracted: [1-2, 2-4, 3-2, 6-4]
-    assert torch.allclose(grpo_advantages(reward, ids, scale=False), t([-1.0, -2.0, 1.0, 2.0]))
 
 
 def test_grpo_advantages_singleton_group_is_zero_and_validates():

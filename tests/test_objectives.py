@@ -140,13 +140,12 @@ def packed(group=(0, 0)):
     return PackedBatch(logp, ref, old, mask.float(), reward, v_star, torch.tensor(group))
 
 
-#: each objective with its loss's settings away from their defaults (APO's entropy_coef: its own test below), and
-#: the pure loss function called with those settings
+#: each objective with its loss's settings away from their defaults, and the pure loss function called with those
+#: settings
 SETTINGS_REACH_THE_LOSS = [
     (APO(beta2=0.3), lambda b: apo_loss(b.logp, b.ref_logp, b.mask, b.reward, b.v_star, 0.3)),
-    (GRPO(group_size=2, clip_eps=0.1, beta_kl=0.5, scale_advantages=False),
-     lambda b: grpo_loss(b.logp, b.old_logp, b.ref_logp, b.mask, grpo_advantages(b.reward, b.group, scale=False),
-                         0.1, 0.5)),
+    (GRPO(group_size=2, clip_eps=0.1, beta_kl=0.5),
+     lambda b: grpo_loss(b.logp, b.old_logp, b.ref_logp, b.mask, grpo_advantages(b.reward, b.group), 0.1, 0.5)),
     (KLPG(beta=0.2, kl_coef=0.3, clip=0.6),
      lambda b: kl_pg_loss(b.logp, b.ref_logp, b.mask, b.reward, b.v_star, 0.2, 0.3, 0.6)),
     (AWR(weighting="exp", tau=0.5, max_weight=1.5, kl_coef=0.2),
@@ -176,7 +175,7 @@ def test_objectives_say_what_the_data_module_needs_and_name_their_settings():
     assert [o().rollouts_per_goal for o in OBJECTIVES] == [1, 4, 1, 1]
     assert GRPO(group_size=6).rollouts_per_goal == 6
     assert [o.name for o in OBJECTIVES] == ["apo", "grpo", "kl_pg", "awr"]  # the method in results by default
-    assert repr(APO(beta2=0.05)) == "APO(beta2=0.05, entropy_coef=0.0)"
+    assert repr(APO(beta2=0.05)) == "APO(beta2=0.05)"
     assert APO(beta2=0.05) == APO(beta2=0.05) != APO(beta2=0.1)
 
 
@@ -189,19 +188,6 @@ def test_objectives_say_what_the_data_module_needs_and_name_their_settings():
 def test_a_bad_setting_fails_when_the_objective_is_built_and_names_the_setting(build, setting):
     with pytest.raises(ValueError, match=f"^{setting} must be"):
         build()
-
-
-def test_apo_entropy_bonus_subtracts_the_mean_entropy_per_generated_token():
-    logp, ref, mask, reward, v_star = case()
-    entropy = t([[2.0, 1.0, 99.0], [0.5, 0.5, 1.0]], requires_grad=True)  # 99 sits on padding: never counted
-    batch = PackedBatch(logp, ref, logp.detach(), mask.float(), reward, v_star, torch.tensor([0, 1]), entropy)
-    plain, _ = APO(beta2=0.1).loss(batch)
-    bonus, _ = APO(beta2=0.1, entropy_coef=0.5).loss(batch)
-    assert (plain - bonus).item() == pytest.approx(0.5 * (2.0 + 1.0 + 0.5 + 0.5 + 1.0) / 5, abs=1e-6)  # 0.5 × 1.0
-    bonus.backward()
-    assert torch.allclose(entropy.grad, t([[-0.1, -0.1, 0.0], [-0.1, -0.1, -0.1]]))  # −coef / 5 per token
-    with pytest.raises(ValueError, match="entropy_coef"):
-        APO(entropy_coef=0.5).loss(packed())  # no entropy in the batch
 
 
 def test_packed_batch_head_keeps_the_first_rows_of_every_field_with_their_gradients():

@@ -148,7 +148,7 @@ def generated_logprobs(model, input_ids: Tensor, attention_mask: Tensor, gen_mas
     Args:
         model, input_ids, attention_mask, gen_mask, per_segment: as :func:`generated_features`.
         with_entropy: also return the policy's entropy at each generated position, ``−Σ_v π(v|·) log π(v|·)``
-            (nats), differentiable (an entropy bonus trains through it).
+            (nats), differentiable.
 
     Returns:
         (S, T) float32: the log-probability at every generated token (t ≥ 1), 0 elsewhere; differentiable. With

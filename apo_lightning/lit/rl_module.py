@@ -48,7 +48,6 @@ from typing import Literal
 import torch
 from lightning.pytorch import LightningModule
 from torchmetrics import MeanMetric
-from transformers import get_wsd_schedule
 
 from ..apo.logprobs import generated_logprobs, pack_generated
 from ..apo.objectives import APO, Objective, PackedBatch, kl_statistics
@@ -76,14 +75,8 @@ class WebShopRLModule(CheckedResume, LightningModule):
             from ``apo_lightning.apo.objectives`` (module docstring: how a config or the command line sets it).
         learning_rate: AdamW learning rate.
         weight_decay: AdamW weight decay.
-        warmup_steps: linear learning-rate warm-up steps: with ``decay_steps`` 0, step s (from 0) trains at
-            ``(s + 1) / warmup_steps`` of the rate.
-        decay_steps: 0 (default) keeps the rate constant after the warm-up. N > 0 anneals it over the run's last N
-            steps of ``trainer.max_steps``, by a cosine to 0: the warmup-stable-decay schedule (Hu et al. 2024,
-            MiniCPM) of ``transformers.get_wsd_schedule``, whose warm-up starts at 0, so step 0 trains at rate 0
-            and step s below ``warmup_steps`` at ``s / warmup_steps``. Raises ValueError at the start of ``fit`` when
-            ``trainer.max_steps`` is unset or shorter than ``warmup_steps + decay_steps``. A run that
-            ``trainer.max_time`` stops first ends before its decay does.
+        warmup_steps: linear learning-rate warm-up steps: step s (from 0) trains at ``(s + 1) / warmup_steps`` of
+            the rate; after the warm-up the rate stays constant.
         lora: LoRA settings (rank 0 = full fine-tuning); from an adapter folder, its rank, alpha and target modules
             (the module docstring: which reference each case has).
         dtype: weights dtype; mixed precision comes from the Trainer's ``precision``.
@@ -107,7 +100,7 @@ class WebShopRLModule(CheckedResume, LightningModule):
     START_CHECKS = ("reference", "lora")
 
     def __init__(self, model_name_or_path: str = "data/models/tiny-sft", objective: Objective = APO(),
-                 learning_rate: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0, decay_steps: int = 0,
+                 learning_rate: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0,
                  lora: LoraSettings = LoraSettings(), dtype: DType = "float32", sample_trajectories: int = 2,
                  text_every: int = 25, results_dir: str | None = None, method_name: str | None = None,
                  gradient_checkpointing: bool = False):
@@ -304,16 +297,8 @@ class WebShopRLModule(CheckedResume, LightningModule):
     def configure_optimizers(self):
         params = [p for p in self.policy.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.hparams.learning_rate, weight_decay=self.hparams.weight_decay)
-        warmup, decay = self.hparams.warmup_steps, self.hparams.decay_steps
-        if decay > 0:
-            total = self.trainer.max_steps
-            if total < warmup + decay:  # trainer.max_steps is -1 when unset
-                raise ValueError(f"decay_steps must fit in trainer.max_steps after warmup_steps: warmup_steps + "
-                                 f"decay_steps = {warmup + decay}, got trainer.max_steps {total} (-1: unset)")
-            scheduler = get_wsd_schedule(optimizer, num_warmup_steps=warmup, num_stable_steps=total - warmup - decay,
-                                         num_decay_steps=decay, decay_type="cosine")
-        else:
-            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / max(1, warmup)))
+        warmup = self.hparams.warmup_steps
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / max(1, warmup)))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def training_setup(self) -> dict[str, str]:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..checks import masked, require_batch_vector, require_ndim, require_positive_finite, require_same_shape
-from .base import Objective, PackedBatch, masked_token_mean
+from .base import Objective, PackedBatch
 
 
 def apo_loss(
@@ -83,15 +83,13 @@ def apo_loss(
 class APO(Objective):
     """A*-PO stage 2 (Brantley et al. 2025): ``β2 · log π/π_ref`` regressed onto ``r − V*``, one trajectory a goal.
 
-    :func:`apo_loss`, with the authors' optional entropy bonus.
+    :func:`apo_loss` on the batch.
 
     Args:
         beta2: the stage-2 KL temperature β2, a finite number > 0 (paper default 1e-3). The regression target of a
             trajectory's summed log-ratio is ``(r − V*) / β2``: a larger β2 keeps the policy nearer π_ref. The
             paper's 1e-3 goes with its learning rate 1e-6; at the learning rates of this project's configs (1e-4) the
             configs use 0.05 to 0.1 (docs/experiments.md measures both).
-        entropy_coef: subtract this times the policy's mean entropy per generated token from the loss (an entropy
-            bonus, as in the A*-PO authors' trainer, which uses 0.001); 0 = the regression alone.
 
     Raises:
         ValueError: ``beta2`` is not a finite number > 0.
@@ -99,22 +97,12 @@ class APO(Objective):
 
     name: ClassVar[str] = "apo"
     beta2: float = 1e-3
-    entropy_coef: float = 0.0
 
     def __post_init__(self) -> None:
         require_positive_finite("beta2", self.beta2)
 
     def loss(self, batch: PackedBatch) -> tuple[Tensor, dict[str, Tensor]]:
-        """:func:`apo_loss` on the batch, less ``entropy_coef`` times the mean entropy; ``stats`` adds
-        ``v_star_mean``.
-
-        Raises:
-            ValueError: ``entropy_coef`` is not 0 and the batch has no entropy.
-        """
+        """:func:`apo_loss` on the batch; ``stats`` adds ``v_star_mean``."""
         loss, stats = apo_loss(batch.logp, batch.ref_logp, batch.mask, batch.reward, batch.v_star, self.beta2)
         stats["v_star_mean"] = batch.v_star.mean()
-        if self.entropy_coef:
-            if batch.entropy is None:
-                raise ValueError("entropy_coef > 0 needs the policy's entropy in the batch")
-            loss = loss - self.entropy_coef * masked_token_mean(batch.entropy, batch.mask)
         return loss, stats

@@ -49,7 +49,7 @@ class PackedBatch:
 
 class Objective(ABC):
     """A training objective. Each subclass is a frozen dataclass whose fields are the objective's settings, so its
-    ``repr`` (``APO(beta2=0.05, entropy_coef=0.0)``) names it and its settings, and two objectives are equal when
+    ``repr`` (``APO(beta2=0.05)``) names it and its settings, and two objectives are equal when
     their class and settings are.
 
     Attributes:

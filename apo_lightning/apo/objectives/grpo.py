@@ -20,12 +20,10 @@ def grpo_advantages(
     reward: Tensor,
     groups: int | Tensor,
     eps: float = 1e-6,
-    scale: bool = True,
 ) -> Tensor:
     """GRPO outcome-supervision advantages, normalised within each group of rollouts of the same goal.
 
-    ``Â_i = (r_i − mean(r_group)) / (std(r_group) + eps)`` (DeepSeekMath, §4.1.2), or ``r_i − mean(r_group)`` when
-    ``scale=False`` (TRL's ``scale_rewards=False``, the "Dr. GRPO" variant).
+    ``Â_i = (r_i − mean(r_group)) / (std(r_group) + eps)`` (DeepSeekMath, §4.1.2).
 
     **Std convention:** the *sample* (Bessel-corrected, ``N − 1``) standard deviation, i.e. ``torch.std``'s default —
     the paper does not specify it, and TRL's ``GRPOTrainer`` and verl both use ``torch.std``, so we match them for
@@ -40,7 +38,6 @@ def grpo_advantages(
         groups: either an int ``G`` — rollouts come in consecutive groups of ``G`` (``B % G == 0``), the layout of
             repeating each goal ``G`` times — or a (B,) integer tensor of group ids (any values, any order).
         eps: added to the std before dividing, > 0 recommended (default 1e-6, verl's value; TRL uses 1e-4).
-        scale: divide by the group std (True) or only subtract the group mean (False).
 
     Returns:
         (B,) float32 advantages, detached (they are constants for the policy loss).
@@ -73,8 +70,6 @@ def grpo_advantages(
     total = torch.zeros(n_groups, dtype=torch.float64, device=r.device).index_add_(0, inverse, r)
     mean = total / count  # (n_groups,)
     centred = r - mean[inverse]  # (B,)
-    if not scale:
-        return centred.float()
     sq = torch.zeros(n_groups, dtype=torch.float64, device=r.device).index_add_(0, inverse, centred.pow(2))
     var = torch.where(count > 1, sq / (count - 1).clamp(min=1), torch.zeros_like(sq))  # sample variance; 0 for size 1
     std = var.sqrt()  # (n_groups,)
@@ -190,8 +185,6 @@ class GRPO(Objective):
         group_size: rollouts per goal G, >= 2 (a goal's rollouts are compared with each other).
         clip_eps: PPO clip range ε, a finite number > 0.
         beta_kl: weight of the k3 KL to π_ref (DeepSeekMath Eq. (4); the paper uses 0.04); 0 = none.
-        scale_advantages: divide by the group std (True, the paper's form); False only subtracts the group mean,
-            Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective").
 
     Raises:
         ValueError: ``group_size`` < 2, ``clip_eps`` not > 0 or ``beta_kl`` < 0.
@@ -202,7 +195,6 @@ class GRPO(Objective):
     group_size: int = 4
     clip_eps: float = 0.2
     beta_kl: float = 0.0
-    scale_advantages: bool = True
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -219,7 +211,7 @@ class GRPO(Objective):
     def loss(self, batch: PackedBatch) -> tuple[Tensor, dict[str, Tensor]]:
         """:func:`grpo_loss` with the group advantages of the batch's rewards (groups: ``batch.group``); ``stats``
         adds ``advantage_mean`` and ``advantage_std``."""
-        advantages = grpo_advantages(batch.reward, batch.group, scale=self.scale_advantages)
+        advantages = grpo_advantages(batch.reward, batch.group)
         loss, stats = grpo_loss(batch.logp, batch.old_logp, batch.ref_logp, batch.mask, advantages, self.clip_eps,
                                 self.beta_kl)
         stats["advantage_mean"] = advantages.mean()
