@@ -179,7 +179,7 @@ def test_runs_agreement_counts_goals_won_and_lost_by_k_runs(results, monkeypatch
 
 
 def test_stage1_conversion_splits_greedy_success_by_stage1_samples(results, tmp_path, monkeypatch, capsys):
-    from apo_lightning.apo.vstar import VStarCache
+    from apo_lightning.apo.vstar import CACHE_FORMAT_VERSION, VStarCache
 
     cache = VStarCache(tmp_path / "vstar")
 
@@ -187,8 +187,8 @@ def test_stage1_conversion_splits_greedy_success_by_stage1_samples(results, tmp_
         rewards = {str(g): [0.0, 1.0 if g in reached else 0.5, 0.0, 0.0] for g in GOALS}
         key_parts = {"goals": sorted(reached)}
         key = cache.key(key_parts)
-        return cache.save(key, {"key_parts": key_parts, "beta1": 0.5, "rewards": rewards,
-                                "v_star": {g: max(r) for g, r in rewards.items()}})
+        return cache.save(key, {"format_version": CACHE_FORMAT_VERSION, "key_parts": key_parts, "beta1": 0.5,
+                                "rewards": rewards, "v_star": {g: max(r) for g, r in rewards.items()}})
 
     half, quarter = table({g for g in GOALS if g % 2 == 0}), table({g for g in GOALS if g % 4 == 0})
     out = run_main("stage1_conversion", ["--versus", str(quarter), str(half), str(results["recaller"])], monkeypatch,

@@ -586,6 +586,7 @@ def test_run_seeds_change_rollouts_but_not_goals_or_prices(workdir):
 
 
 def test_v_star_cache_key_covers_what_v_star_depends_on():
+    from apo_lightning.apo.vstar import VStarCache
     from apo_lightning.lit.stage1 import Stage1, VStarConfig
     from apo_lightning.rollout.chat import ChatFormat
     from apo_lightning.rollout.settings import RolloutSettings
@@ -612,18 +613,18 @@ def test_v_star_cache_key_covers_what_v_star_depends_on():
     assert key(vstar=VStarConfig(num_samples=2, beta1=0.1)) == base
     assert key(rollout=RolloutSettings(max_new_tokens=8, temperature=0.5, top_p=0.9)) == base  # stage 2 sampling
 
-    def stored(**changes):  # the key without the data folder's absolute path, as tables on disk were stored
+    def stored(**changes):  # the cache's key without the data folder's absolute path (a change re-samples stage 1)
         stage1 = Stage1(VStarConfig(num_samples=2), EnvConfig(data_dir="synthetic", max_steps=3), ChatFormat(),
                         RewardSettings(), RolloutSettings(max_new_tokens=8), 0)
         for name, value in changes.items():
             setattr(stage1, name, value)
-        return cache_key({**stage1.key_parts("w0", [1500, 1501, 1502, 1503]), "data": "DATA"})
+        return VStarCache.key({**stage1.key_parts("w0", [1500, 1501, 1502, 1503]), "data": "DATA"})
 
-    assert stored() == "33bc755b95044d2d802de3d126ddc1dc89c47f6ec032349b6ad6b047d3dd9db8"
+    assert stored() == "26a2dcae3f6ce41354c1288da8946b9101282b6f91f92e7c2fbe9f3683092048"
     assert (stored(rollout=RolloutSettings(max_new_tokens=8, valid_clicks=True))
-            == "c3abc95cff1b42fe2a954bf285ef0ffca77224876de8db4231645bc5ab2469a5")
+            == "c3ac59cb37fa867519428cca61095fe4cc30722968fbfa9dbcd3f99a47604232")
     assert (stored(reward=RewardSettings(kind="success"))
-            == "87c040176f30b0e1b024bf27403ea62181d9287505910a1741aeef139f39b5bc")
+            == "18efd132c6195a559e898fe1c7dd132d358661c966436aba0e075e1b8f8b5c6e")
 
 
 class Built(Exception):

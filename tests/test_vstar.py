@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from apo_lightning.apo.vstar import VStarCache, VStarCacheWarning, VStarTable
+from apo_lightning.apo.vstar import CACHE_FORMAT_VERSION, VStarCache, VStarCacheWarning, VStarTable
 from apo_lightning.utils import files as files_module
 from apo_lightning.utils.hashing import cache_key, hash_state_dict
 
@@ -134,7 +134,7 @@ def test_cache_miss_computes_and_saves(tmp_path):
     compute = Counter(REWARDS)
     table = cache.get_or_compute(PARTS, compute, beta1=0.5)
     assert compute.calls == 1
-    assert table.key == cache_key(PARTS)
+    assert table.key == cache_key(PARTS, CACHE_FORMAT_VERSION)
     assert table.v_star["7"] == pytest.approx(V_GOAL_7, abs=1e-9)
     assert table.v_star["8"] == pytest.approx(1.0, abs=1e-12)
     payload = json.loads((tmp_path / "vstar" / f"{table.key}.json").read_text())
@@ -173,13 +173,15 @@ def test_changed_key_recomputes(tmp_path):
 
 @pytest.mark.parametrize(
     "content",
-    ["{not json", json.dumps([1, 2]), json.dumps({"key_parts": {}, "v_star": {"7": 1.0}}),
-     json.dumps({"key_parts": {}, "v_star": {"7": 1.0}, "rewards": {"7": ["x"]}})],
+    ["{not json", json.dumps([1, 2]),
+     json.dumps({"format_version": CACHE_FORMAT_VERSION, "key_parts": {}, "v_star": {"7": 1.0}}),
+     json.dumps({"format_version": CACHE_FORMAT_VERSION, "key_parts": {}, "v_star": {"7": 1.0},
+                 "rewards": {"7": ["x"]}})],
     ids=["not-json", "not-object", "missing-rewards", "bad-reward"],
 )
 def test_corrupt_file_warns_and_recomputes(tmp_path, content):
     cache = VStarCache(tmp_path)
-    path = cache.path_for(cache_key(PARTS))
+    path = cache.path_for(cache.key(PARTS))
     path.write_text(content)
     compute = Counter(REWARDS)
     with pytest.warns(VStarCacheWarning, match=path.name):
@@ -188,6 +190,21 @@ def test_corrupt_file_warns_and_recomputes(tmp_path, content):
     assert table.v_star["8"] == pytest.approx(1.0)
     # the bad file was replaced by a good one: the next call is a silent hit
     assert VStarCache(tmp_path).load(table.key)["rewards"]["7"] == [0.0, 1.0]
+
+
+def test_a_file_of_older_code_is_refused_and_rebuilt(tmp_path):
+    cache = VStarCache(tmp_path)
+    table = cache.get_or_compute(PARTS, Counter(REWARDS), beta1=0.5)
+    path = cache.path_for(table.key)
+    payload = json.loads(path.read_text())
+    path.write_text(json.dumps({**payload, "format_version": CACHE_FORMAT_VERSION - 1}))
+    compute = Counter(REWARDS)
+    with pytest.warns(VStarCacheWarning, match=rf"{path.name} is unusable \(made by older code: format_version "
+                                               rf"{CACHE_FORMAT_VERSION - 1}, .*the file rebuilt"):
+        cache.get_or_compute(PARTS, compute, beta1=0.5)
+    assert compute.calls == 1
+    assert json.loads(path.read_text())["format_version"] == CACHE_FORMAT_VERSION  # rebuilt: the next call is a hit
+    assert VStarCache(tmp_path).load(table.key)["rewards"] == payload["rewards"]
 
 
 def test_atomic_write_leaves_no_temp_files(tmp_path, monkeypatch):

@@ -39,8 +39,9 @@ from .checks import require_ndim, require_positive_finite
 
 __all__ = ["CACHE_FORMAT_VERSION", "VStarCache", "VStarCacheWarning", "VStarTable", "v_star_from_rewards"]
 
-#: Mixed into every key: bump it when the file layout or the meaning of a payload changes, to orphan old files.
-CACHE_FORMAT_VERSION = 1
+#: The one format version of V* cache files, mixed into every key and written into every file: bump it when the file
+#: layout, the meaning of a payload or the key parts change. A file of another version is refused and rebuilt.
+CACHE_FORMAT_VERSION = 2
 
 _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -259,9 +260,10 @@ class VStarCache:
     def load(self, key: str) -> dict[str, Any] | None:
         """The stored payload for ``key``, or None if there is none or it is unusable (then with a warning).
 
-        A file is unusable when it cannot be read or parsed, is not a JSON object with ``v_star`` (str -> number),
-        ``rewards`` (str -> non-empty list of numbers) over the same goals and a ``key_parts`` object, or was stored
-        under a different key.
+        A file is unusable when it cannot be read or parsed, was made by older code (its ``format_version`` is not
+        :data:`CACHE_FORMAT_VERSION`), is not a JSON object with ``v_star`` (str -> number), ``rewards`` (str ->
+        non-empty list of numbers) over the same goals and a ``key_parts`` object, or was stored under a different
+        key.
         """
         path = self.path_for(key)
         if not path.exists():
@@ -274,7 +276,7 @@ class VStarCache:
             problem = f"{type(err).__name__}: {err}"
         if problem is not None:
             warnings.warn(
-                f"V* cache file {path} is unusable ({problem}); ignoring it and recomputing V*",
+                f"V* cache file {path} is unusable ({problem}); ignoring it: V* is recomputed and the file rebuilt",
                 VStarCacheWarning,
                 stacklevel=2,
             )
@@ -377,6 +379,9 @@ def _payload_problem(payload: Any, key: str) -> str | None:
     """Why ``payload`` is not a usable V* file for ``key``, or None if it is."""
     if not isinstance(payload, dict):
         return f"top level is a {type(payload).__name__}, not an object"
+    if payload.get("format_version") != CACHE_FORMAT_VERSION:
+        return (f"made by older code: format_version {payload.get('format_version')!r}, this code reads "
+                f"{CACHE_FORMAT_VERSION}")
     for name in ("key_parts", "v_star", "rewards"):
         if name not in payload:
             return f"missing field {name!r}"

@@ -30,6 +30,10 @@ from .settings import EnvConfig
 
 log = logging.getLogger(__name__)
 
+#: The one format version of demonstration cache files, mixed into every key: bump it when the demonstrations (the
+#: oracle, the rendering), the file layout or the key parts change, so that files of other code are never found.
+DEMOS_FORMAT_VERSION = 7
+
 
 @dataclass
 class DemoNoise:
@@ -96,15 +100,13 @@ def demonstration_cache(cache_dir: str | Path, env: EnvConfig, chat: ChatFormat,
     parts = {"data": str(env.shop().data_dir.resolve()), "env": env.key_parts(), "chat": chat.key_parts(),
              "goals": {k: list(v) for k, v in goal_sets.items()}, "max_new_tokens": max_new_tokens,
              "tokenizer": hash_files(tokenizer_dir, TOKENIZER_FILES), "noise": asdict(noise),
-             "seed": seed if noise.probability else 0, "format": "oracle-v5"}
-    if env.wording != "original" or env.vary_wording:  # the oracle searches other words with their own words
-        parts["format"] = "oracle-v6"
+             "seed": seed if noise.probability else 0}
     if env.vary_wording:
         parts["wording_draw"] = [seed, draw]
     episodes = read_sessions(recorded) if recorded is not None else None
     if episodes is not None:
         parts["recorded"] = [[e.goal_index, e.actions, e.score] for e in episodes]
-    key = cache_key(parts)
+    key = cache_key(parts, DEMOS_FORMAT_VERSION)
     path = Path(cache_dir) / f"demos-{key[:16]}.pt"
     if path.exists():
         return path

@@ -125,10 +125,9 @@ class Stage1:
         """Everything the stage-1 rewards of ``goals`` depend on (the cache key's parts).
 
         β1 is not a part: the cache stores the N rewards per goal, and V* is recomputed from them for the β1 a run
-        asks for. The sampler is a part when it is vLLM (its backend and dtype; the "hf" decoder samples stage 1 in
-        float32). ``valid_clicks`` is a part only when on, the env's wording settings only when not "original", and
-        ``vary_wording`` with ``original_share`` only when on (``EnvConfig.key_parts``; the draws derive from the
-        run seed, a part), so tables cached before they existed keep their keys.
+        asks for. The sampler is a part: its backend, and with vLLM its dtype (the "hf" decoder samples stage 1 in
+        float32). The env, prompt and reward settings are parts, every one of them (with the env's ``vary_wording``
+        the draws derive from the run seed, a part).
         """
         return {
             "reference": reference_hash,
@@ -140,10 +139,10 @@ class Stage1:
             "num_samples": self.settings.num_samples,
             "temperature": self.settings.temperature,
             "max_new_tokens": self.rollout.max_new_tokens,
-            **({"valid_clicks": True} if self.rollout.valid_clicks else {}),
-            **({"backend": "vllm", "dtype": self.rollout.vllm.dtype} if self.rollout.backend == "vllm" else {}),
+            "valid_clicks": self.rollout.valid_clicks,
+            "backend": self.rollout.backend,
+            **({"dtype": self.rollout.vllm.dtype} if self.rollout.backend == "vllm" else {}),
             "seed": self.seed,
-            "version": 2,
         }
 
     def sample_rewards(self, model, tokenizer, goals: list[int], purpose: str, rank: int = 0, world_size: int = 1,

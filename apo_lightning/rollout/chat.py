@@ -154,12 +154,8 @@ class ChatFormat:
             raise ValueError(f"chat.rebuild_fill must be in (0, 1] (a share of context_budget), got {self.rebuild_fill}")
 
     def key_parts(self) -> dict[str, Any]:
-        """Every setting, for cache keys (stage-1 V* tables, demonstrations); ``rebuild_fill`` only below 1, so the
-        keys of caches made without it stay valid."""
-        parts = asdict(self)
-        if self.rebuild_fill == 1.0:
-            del parts["rebuild_fill"]
-        return parts
+        """Every setting, for cache keys (stage-1 V* tables, demonstrations)."""
+        return asdict(self)
 
     def turn_message(self, turn: int, turns_left: int | None, observation: str, available_actions: dict[str, Any],
                      previous_observation: str | None = None, last_action: str | None = None) -> str:

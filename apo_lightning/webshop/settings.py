@@ -129,15 +129,8 @@ class EnvConfig:
         return _reworded_shop(data_dir, self.goals, self.seed, self.wording, self.wording_seed)
 
     def key_parts(self) -> dict:
-        """Every setting, for the key of a cache made under them (V* tables, demonstrations); the wording settings
-        only when the wording is not "original", and ``vary_wording`` and ``original_share`` only when
-        ``vary_wording`` is on, so that keys made before they existed stay the same."""
-        parts = asdict(self)
-        if self.wording == "original":
-            del parts["wording"], parts["wording_seed"]
-        if not self.vary_wording:
-            del parts["vary_wording"], parts["original_share"]
-        return parts
+        """Every setting, for the key of a cache made under them (V* tables, demonstrations)."""
+        return asdict(self)
 
     def envs(self, n: int) -> list[WebShopEnv]:
         """``n`` fresh envs over the shared catalog."""
