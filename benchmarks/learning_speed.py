@@ -5,8 +5,8 @@ reference policy, at equal stage-2 trajectories, over several run seeds.
     python benchmarks/learning_speed.py --setting real --trajectories 1536 --processes 2
 
 Each (objective, seed) trains in its own process (``cli.py fit``, no validation, no checkpoints) for as many steps as
-``--trajectories`` allows: a step samples ``goals × rollouts per goal`` trajectories, and with a V* refresh
-(``--refresh-every``) its rollouts count too, so every objective samples the same number. From each run's
+``--trajectories`` allows: a step samples ``goals × rollouts per goal`` trajectories, so every objective samples the
+same number. From each run's
 TensorBoard log it reads the per-step ``rollout/*`` and ``train/kl`` scalars and reports, averaged over the first and
 the last sixth of the steps: the invalid-reply rate (the quick start's π_ref earns only the format penalty, so that
 is its signal), the reward and the success rate; and the KL to π_ref at the end. Prints one line per run, a table of
@@ -82,20 +82,13 @@ def run(args: argparse.Namespace, objective: str, seed: int, workdir: Path) -> d
     setting = SETTINGS[args.setting]
     kind = getattr(objectives, objective)
     group = setting["group"] if kind().rollouts_per_goal > 1 else 1  # an objective that compares a goal's rollouts
-    refresh = args.refresh_every and kind.needs_v_star
     goals = setting["goals"] // group
     per_step = goals * group * args.processes
     steps = args.trajectories // per_step
-    if refresh:  # refresh rollouts: train_goals x N every refresh_every steps
-        refresh_cost = args.train_goals * args.refresh_samples
-        steps = int(args.trajectories // (per_step + refresh_cost / args.refresh_every))
     overrides = [f"--model.objective={objective}", f"--data.batch_size={goals}", f"--trainer.max_steps={steps}",
                  f"--data.steps_per_epoch={steps}", *args.extra]
     if group > 1:
         overrides.append(f"--model.objective.group_size={group}")
-    if refresh:
-        overrides += [f"--data.vstar.refresh_every={args.refresh_every}",
-                      f"--data.vstar.num_samples={args.refresh_samples}"]
     seconds, values = fit(args.setting, f"{objective}-{seed}", seed, workdir, args.processes, args.threads,
                           args.train_goals, overrides)
     result = {"objective": objective, "seed": seed, "steps": steps, "trajectories": steps * per_step,
@@ -117,8 +110,6 @@ def main() -> None:
     parser.add_argument("--train-goals", type=int, default=16)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--refresh-every", type=int, default=0, help="A*-PO V* refresh every K steps (0 = none)")
-    parser.add_argument("--refresh-samples", type=int, default=4)
     parser.add_argument("--workdir", default=None, help="keep the runs' logs here (default: a temporary folder)")
     parser.add_argument("extra", nargs="*",
                         help="more cli.py overrides for every run, e.g. --model.objective.beta2=0.5")

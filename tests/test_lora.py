@@ -205,7 +205,7 @@ class PackedRecorder:
 
 
 def packed(model, step: dict) -> torch.Tensor:
-    """(B, G) log-probs of a recorded step's generated tokens under ``model``, packed as the loss sees them."""
+    """(B, L) log-probs of a recorded step's generated tokens under ``model``, packed as the loss sees them."""
     values = logprobs(model, step["tokens"])
     return pack_generated(values, step["tokens"][2], step["traj_index"], step["n"])[0]
 

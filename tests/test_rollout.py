@@ -164,7 +164,7 @@ def check_bookkeeping(engine, trajectories):
         total += trajectory.generated_tokens
         for segment, turns in segment_turns(trajectory):
             ids, mask = segment.token_ids, segment.gen_mask
-            assert len(ids) == len(mask) == len(segment.logp) <= chat.context_budget
+            assert len(ids) == len(mask) == len(segment.old_logp) <= chat.context_budget
             assert sum(mask) == sum(t.generated_tokens for t in turns)
             sampled = runs(mask, 1)
             assert len(sampled) == len(turns) >= 1  # one contiguous run of sampled tokens per turn
@@ -332,7 +332,7 @@ def replies(trajectories):
 
 def fingerprint(trajectories):
     return [(t.goal_index, t.reward, [t.reply for t in t.turns],
-             [(s.token_ids, s.gen_mask, s.logp) for s in t.segments]) for t in trajectories]
+             [(s.token_ids, s.gen_mask, s.old_logp) for s in t.segments]) for t in trajectories]
 
 
 def test_same_seed_same_trajectories(chained, tokenizer, shop):
@@ -349,7 +349,7 @@ def test_reusing_the_cache_between_turns_gives_the_same_samples(chained, tokeniz
     for a, b in zip(reused, fresh):
         assert [s.token_ids for s in a.segments] == [s.token_ids for s in b.segments]
         for s, r in zip(a.segments, b.segments):
-            assert s.logp == pytest.approx(r.logp, abs=TOLERANCE)
+            assert s.old_logp == pytest.approx(r.old_logp, abs=TOLERANCE)
     # the replies are the seed's draws, not fixed by the bigram bias: another seed gives others
     other = play(engine_for(chained, tokenizer, reuse_cache=True), shop, goals=GOALS[:2], seed=14, max_steps=1)
     assert [r[:1] for r in replies(other)] != [r[:1] for r in replies(reused[:2])]
@@ -371,7 +371,7 @@ def test_packed_weights_give_the_same_samples(chained, tokenizer, shop, monkeypa
     for a, b in zip(packed_run, plain):
         assert [s.token_ids for s in a.segments] == [s.token_ids for s in b.segments]
         for s, r in zip(a.segments, b.segments):
-            assert s.logp == pytest.approx(r.logp, abs=TOLERANCE)
+            assert s.old_logp == pytest.approx(r.old_logp, abs=TOLERANCE)
     assert all("forward" not in vars(m) for m in chained.modules())  # the layers are as before
 
 
@@ -384,10 +384,10 @@ def test_greedy_is_deterministic_and_batch_invariant(model, tokenizer, shop):
     assert replies(one_by_one) == replies(batched)
     for a, b in zip(one_by_one, batched):
         assert a.segments[0].token_ids == b.segments[0].token_ids
-        assert a.segments[0].logp == pytest.approx(b.segments[0].logp, abs=TOLERANCE)
+        assert a.segments[0].old_logp == pytest.approx(b.segments[0].old_logp, abs=TOLERANCE)
     # the untrained model's greedy replies are the same junk for every goal, so the log-probs carry the check:
     # they depend on the context by far more than the tolerance
-    sampled_logp = [[lp for lp, m in zip(tr.segments[0].logp, tr.segments[0].gen_mask) if m] for tr in batched]
+    sampled_logp = [[lp for lp, m in zip(tr.segments[0].old_logp, tr.segments[0].gen_mask) if m] for tr in batched]
     assert all(a != pytest.approx(b, abs=100 * TOLERANCE) for a, b in zip(sampled_logp, sampled_logp[1:]))
 
 
@@ -428,7 +428,7 @@ def test_demonstrations_match_the_chat_template(chat, model, tokenizer, shop):
         for trajectory in trajectories_:
             assert len(trajectory.turns) >= 3 and trajectory.format_errors == 0
             for segment, turns in segment_turns(trajectory):
-                assert all(lp == 0.0 for lp in segment.logp)
+                assert all(lp == 0.0 for lp in segment.old_logp)
                 replies = [segment.token_ids[a:b] for a, b in runs(segment.gen_mask, 1)]
                 # the oracle's replies, and nothing else, are the masked tokens
                 assert replies == [tokenizer(t.reply + eos, add_special_tokens=False)["input_ids"] for t in turns]

@@ -133,7 +133,7 @@ def test_vllm_plays_the_episodes_of_the_projects_decoder(vllm_python, smollm2_ba
         assert tokens(vllm) == tokens(hf)
         assert sum(len(t.turns) for t in hf) >= 4  # episodes of several turns, not one reply each
         gaps = [abs(a - b) for t, u in zip(hf, vllm) for s, r in zip(t.segments, u.segments)
-                for a, b, m in zip(s.logp, r.logp, s.gen_mask) if m]
+                for a, b, m in zip(s.old_logp, r.old_logp, s.gen_mask) if m]
         assert gaps and max(gaps) < 1e-3
         sampled = [play("vllm", model, greedy=False, seed=s) for s in (5, 5, 6)]
         assert tokens(sampled[0]) == tokens(sampled[1]) != tokens(sampled[2])

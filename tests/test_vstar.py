@@ -1,5 +1,5 @@
 """Stage-1 bookkeeping: cache keys, weight hashes, the on-disk V* cache, the V* table, and the RL data module's
-stage 1 (``lit.stage1``: goal filter, refresh, reused samples) on stubbed samples."""
+stage 1 (``lit.stage1``: reused samples) on stubbed samples."""
 
 import json
 import math
@@ -92,26 +92,26 @@ def test_hash_state_dict_order_independent_and_sensitive():
 # ------------------------------------------------------------------------------------------------ VStarTable
 
 
-def test_table_from_rewards_lookup_and_drop():
-    table = VStarTable.from_rewards("k", {"a": [0.0, 0.0], "b": [0.0, 1.0], "c": [-0.1, 0.0], 3: [0.5, 0.5]}, 0.5)
-    assert table.n_samples == 2 and len(table) == 4 and 3 in table and "3" in table
-    # "b" = goal 7's case above: 0.7168904 ; "3": constant 0.5 → 0.5 ; "a": constant 0 → 0
-    v = table.lookup(["b", 3, "a"])
+def test_table_from_rewards_and_lookup():
+    table = VStarTable.from_rewards("k", {1: [0.0, 0.0], 2: [0.0, 1.0], 4: [-0.1, 0.0], "3": [0.5, 0.5]}, 0.5)
+    assert table.n_samples == 2 and len(table) == 4 and 3 in table and list(table.v_star) == [1, 2, 4, 3]
+    # 2 = goal 7's case above: 0.7168904 ; 3 (read from a JSON key): constant 0.5 → 0.5 ; 1: constant 0 → 0
+    v = table.lookup([2, 3, torch.tensor(1)])
     assert v.dtype == torch.float32 and v.shape == (3,)
     assert torch.allclose(v, torch.tensor([V_GOAL_7, 0.5, 0.0]), atol=1e-6)
-    # no sample above 0: "a" (all 0) and "c" (a format penalty and a 0)
-    assert table.drop_all_zero() == {"a", "c"}
-    with pytest.raises(KeyError, match="'zzz'"):
-        table.lookup(["a", "zzz"])
+    with pytest.raises(KeyError, match="goal id 99 "):
+        table.lookup([1, 99])
 
 
 def test_table_rejects_ragged_or_bad_rewards():
     with pytest.raises(ValueError, match="same number"):
-        VStarTable.from_rewards("k", {"a": [0.0, 1.0], "b": [1.0]}, 0.5)
+        VStarTable.from_rewards("k", {1: [0.0, 1.0], 2: [1.0]}, 0.5)
     with pytest.raises(ValueError, match="non-finite"):
-        VStarTable.from_rewards("k", {"a": [0.0, float("nan")]}, 0.5)
-    with pytest.raises(ValueError, match="unique"):
+        VStarTable.from_rewards("k", {1: [0.0, float("nan")]}, 0.5)
+    with pytest.raises(ValueError, match="both goal index 1"):
         VStarTable.from_rewards("k", {1: [0.0], "1": [1.0]}, 0.5)
+    with pytest.raises(ValueError, match="'a' is not a goal index"):
+        VStarTable.from_rewards("k", {"a": [0.0]}, 0.5)
     with pytest.raises(ValueError, match="empty"):
         VStarTable.from_rewards("k", {}, 0.5)
 
@@ -135,8 +135,8 @@ def test_cache_miss_computes_and_saves(tmp_path):
     table = cache.get_or_compute(PARTS, compute, beta1=0.5)
     assert compute.calls == 1
     assert table.key == cache_key(PARTS, CACHE_FORMAT_VERSION)
-    assert table.v_star["7"] == pytest.approx(V_GOAL_7, abs=1e-9)
-    assert table.v_star["8"] == pytest.approx(1.0, abs=1e-12)
+    assert table.v_star[7] == pytest.approx(V_GOAL_7, abs=1e-9)
+    assert table.v_star[8] == pytest.approx(1.0, abs=1e-12)
     payload = json.loads((tmp_path / "vstar" / f"{table.key}.json").read_text())
     assert payload["rewards"] == {"7": [0.0, 1.0], "8": [1.0, 1.0]}
     assert payload["v_star"]["7"] == pytest.approx(V_GOAL_7, abs=1e-9)
@@ -158,7 +158,7 @@ def test_cache_hit_does_not_call_compute_fn(tmp_path):
     payload["rewards"]["8"] = [0.0, 1.0]
     path.write_text(json.dumps(payload))
     edited = VStarCache(tmp_path).get_or_compute(PARTS, must_not_run, beta1=0.5)
-    assert edited.v_star["8"] == pytest.approx(V_GOAL_7, abs=1e-9) and edited.v_star != first.v_star
+    assert edited.v_star[8] == pytest.approx(V_GOAL_7, abs=1e-9) and edited.v_star != first.v_star
 
 
 def test_changed_key_recomputes(tmp_path):
@@ -167,7 +167,7 @@ def test_changed_key_recomputes(tmp_path):
     compute = Counter({7: [1.0, 1.0], 8: [0.0, 0.0]})
     table = cache.get_or_compute({**PARTS, "n": 2}, compute, beta1=0.5)
     assert compute.calls == 1
-    assert table.v_star["7"] == pytest.approx(1.0) and table.v_star["8"] == pytest.approx(0.0)
+    assert table.v_star[7] == pytest.approx(1.0) and table.v_star[8] == pytest.approx(0.0)
     assert len(list(tmp_path.glob("*.json"))) == 2
 
 
@@ -187,7 +187,7 @@ def test_corrupt_file_warns_and_recomputes(tmp_path, content):
     with pytest.warns(VStarCacheWarning, match=path.name):
         table = cache.get_or_compute(PARTS, compute, beta1=0.5)
     assert compute.calls == 1
-    assert table.v_star["8"] == pytest.approx(1.0)
+    assert table.v_star[8] == pytest.approx(1.0)
     # the bad file was replaced by a good one: the next call is a silent hit
     assert VStarCache(tmp_path).load(table.key)["rewards"]["7"] == [0.0, 1.0]
 
@@ -255,39 +255,11 @@ def stage1(**settings):
 STAGE1_REWARDS = {1: [0.0, 0.0], 2: [0.0, 0.5], 3: [1.0, 1.0], 4: [-0.1, 0.0]}
 
 
-@pytest.mark.parametrize("goal_filter, kept", [("all", [1, 2, 3, 4]), ("nonzero", [2, 3]), ("informative", [2, 4])])
-def test_goal_filter_keeps_the_goals_some_sample_scored_or_whose_samples_differ(goal_filter, kept):
-    assert stage1(goal_filter=goal_filter).kept_goals([1, 2, 3, 4]) == kept
-
-
-def test_refresh_reestimates_v_star_every_k_batches_and_is_checkpointed(monkeypatch):
-    from apo_lightning.lit.stage1 import Stage1
-
-    calls = []
-
-    def sample_rewards(self, model, tokenizer, goals, purpose, rank=0, world_size=1, keep=None, backend=None):
-        calls.append((model, list(goals), purpose))
-        return {str(g): [1.0, 0.0] for g in goals}
-
-    monkeypatch.setattr(Stage1, "sample_rewards", sample_rewards)
-    stage = stage1(refresh_every=2)
-    assert [b for b in range(7) if stage.refresh_due(b)] == [2, 4, 6]
-    assert not any(stage1().refresh_due(b) for b in range(7))  # 0: never
-    stage.refresh("policy", None, [1, 2], batch_number=2)
-    assert calls == [("policy", [1, 2], "refresh-2")] and stage.refreshed_at == 2 and not stage.refresh_due(2)
-    assert stage.table.rewards == {"1": [1.0, 0.0], "2": [1.0, 0.0]}
-    assert stage.take_statistics()["reward_mean"] == 0.5 and stage.take_statistics() is None  # once per table
-    resumed = stage1(refresh_every=2)
-    resumed.load_state_dict(stage.state_dict())
-    assert resumed.refreshed_at == 2 and resumed.table.v_star == stage.table.v_star
-    assert stage1().state_dict() == {}  # stage 1's own table is found in the cache, not the checkpoint
-
-
 def test_reused_samples_are_drawn_afresh_per_batch_from_this_ranks_goals():
-    record = {"segments": [{"token_ids": [5, 6], "gen_mask": [0, 1], "logp": [0.0, -1.0], "first_turn": 0}],
+    record = {"segments": [{"token_ids": [5, 6], "gen_mask": [0, 1], "old_logp": [0.0, -1.0], "first_turn": 0}],
               "score": 0.5, "reward": 0.5, "success": False}
     stage = stage1(reuse=3)
-    stage.samples = {str(g): [{**record, "reward": g + i / 10} for i in range(2)] for g in (1, 2, 3, 4)}
+    stage.samples = {g: [{**record, "reward": g + i / 10} for i in range(2)] for g in (1, 2, 3, 4)}
     drawn = [[(t.goal_index, t.reward) for t in stage.reused([1, 3], rank=0, batch_number=b)] for b in range(4)]
     assert all(len(rows) == 3 == len(set(rows)) for rows in drawn)  # without replacement
     assert all(g in (1, 3) and r in (g, g + 0.1) for rows in drawn for g, r in rows)  # this rank's goals only

@@ -212,7 +212,7 @@ def pack_generated(values: Tensor, gen_mask: Tensor, traj_index: Tensor,
         num_trajectories: B.
 
     Returns:
-        ``(packed (B, G), mask (B, G))`` with G the largest number of generated tokens of a trajectory (at least
+        ``(packed (B, L), mask (B, L))`` with L the largest number of generated tokens of a trajectory (at least
         1); values are 0 where mask is 0. Gradients flow through ``values``.
     """
     seg, pos = gen_mask.nonzero(as_tuple=True)  # in (segment, position) order: per trajectory, segments in order

@@ -10,11 +10,10 @@ This module holds no model code: the caller does the rollouts and hands them in 
 
 * :func:`v_star_from_rewards` — the estimator.
 * :class:`VStarCache` — one JSON file per key under a directory (``data/vstar/<key>.json``), written atomically.
-* :class:`VStarTable` — V* and raw reward samples per goal id, with ``lookup`` (goal ids -> (B,) tensor) and
-  ``drop_all_zero`` (goals no reference sample solved, which A*-PO's paper filters out of training) and
-  ``all_equal`` (goals whose samples all agree).
+* :class:`VStarTable` — V* and raw reward samples per goal id, with ``lookup`` (goal ids -> (B,) tensor).
 
-Goal ids are identified by ``str(goal_id)`` (JSON object keys are strings): ``7`` and ``"7"`` are the same goal.
+Goal ids are ``int`` goal indices, as everywhere in the project; a JSON file's object keys (strings) are read back as
+ints.
 """
 
 from __future__ import annotations
@@ -67,25 +66,25 @@ def v_star_from_rewards(rewards: Tensor, beta1: float) -> Tensor:
     accepted (use ``max`` yourself if you want the limit).
 
     Args:
-        rewards: (G, N) float (or int), ``N ≥ 1`` reward samples for each of ``G`` goals. ``N`` is the same for every
+        rewards: (K, N) float (or int), ``N ≥ 1`` reward samples for each of ``K`` goals. ``N`` is the same for every
             goal (no mask, no ragged rows): group goals by ``N`` before calling if you have to.
         beta1: the stage-1 KL temperature, a finite float > 0.
 
     Returns:
-        (G,) V* estimates, in ``rewards``' dtype if it is floating point, else float32. Non-finite rewards give
+        (K,) V* estimates, in ``rewards``' dtype if it is floating point, else float32. Non-finite rewards give
         non-finite estimates for their goal.
 
     Raises:
         ValueError: if ``rewards`` is not 2-D with ``N ≥ 1``, or ``beta1`` is not a finite number > 0.
     """
-    rewards = require_ndim("rewards", rewards, 2, "(G, N)")
+    rewards = require_ndim("rewards", rewards, 2, "(K, N)")
     if rewards.shape[1] < 1:
         raise ValueError(f"rewards must have at least one sample per goal (N >= 1), got shape {tuple(rewards.shape)}")
     beta1 = require_positive_finite("beta1", beta1)
     out_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
-    r = rewards.detach().to(torch.float64)  # (G, N); float64 keeps β1·(lse − ln N) exact when r/β1 is huge
+    r = rewards.detach().to(torch.float64)  # (K, N); float64 keeps β1·(lse − ln N) exact when r/β1 is huge
     n = r.shape[1]
-    v = beta1 * (torch.logsumexp(r / beta1, dim=1) - math.log(n))  # (G,)
+    v = beta1 * (torch.logsumexp(r / beta1, dim=1) - math.log(n))  # (K,)
     return v.to(out_dtype)
 
 
@@ -100,15 +99,15 @@ class VStarTable:
 
     Attributes:
         key: the cache key (:func:`cache_key` of ``key_parts``).
-        v_star: goal id (str) -> V̂*(x), a float.
-        rewards: goal id (str) -> the ``N`` reward samples of that goal, in sampling order.
+        v_star: goal index -> V̂*(x), a float.
+        rewards: goal index -> the ``N`` reward samples of that goal, in sampling order.
         beta1: the stage-1 temperature the V* values were computed with.
         key_parts: the parts the key was made from (for humans reading the file; not used for lookups).
     """
 
     key: str
-    v_star: dict[str, float]
-    rewards: dict[str, list[float]]
+    v_star: dict[int, float]
+    rewards: dict[int, list[float]]
     beta1: float
     key_parts: dict[str, Any] = field(default_factory=dict)
 
@@ -120,21 +119,23 @@ class VStarTable:
 
         Args:
             key: the cache key.
-            rewards: goal id -> ``N`` finite reward samples; ``N ≥ 1`` and the same for every goal.
+            rewards: goal index (an int, or its decimal string as a JSON file holds it) -> ``N`` finite reward samples;
+                ``N ≥ 1`` and the same for every goal.
             beta1: stage-1 temperature, finite and > 0.
             key_parts: recorded in the table as is.
 
         Raises:
-            ValueError: if there are no goals, two ids share the same ``str``, the ``N`` differ between goals, a
-                reward is not finite, or ``beta1`` is not > 0.
+            ValueError: if there are no goals, a goal id is not an integer, two ids are the same integer, the ``N``
+                differ between goals, a reward is not finite, or ``beta1`` is not > 0.
         """
-        normalised: dict[str, list[float]] = {}
+        normalised: dict[int, list[float]] = {}
         for goal, samples in rewards.items():
-            gid = str(goal)
+            try:
+                gid = int(goal)
+            except ValueError:
+                raise ValueError(f"goal id {goal!r} is not a goal index (an integer)") from None
             if gid in normalised:
-                raise ValueError(
-                    f"goal ids {goal!r} and another id both read as {gid!r}; goal ids must be unique as str"
-                )
+                raise ValueError(f"goal ids {goal!r} and another id are both goal index {gid}")
             values = [float(r) for r in samples]
             if not all(math.isfinite(r) for r in values):
                 raise ValueError(f"goal {gid!r} has a non-finite reward sample: {values}")
@@ -149,8 +150,8 @@ class VStarTable:
                 f"(one goal per N: {example})"
             )
         goals = list(normalised)
-        matrix = torch.tensor([normalised[g] for g in goals], dtype=torch.float64)  # (G, N)
-        v = v_star_from_rewards(matrix, beta1)  # (G,)
+        matrix = torch.tensor([normalised[g] for g in goals], dtype=torch.float64)  # (K, N)
+        v = v_star_from_rewards(matrix, beta1)  # (K,)
         return cls(
             key=key,
             v_star={g: float(x) for g, x in zip(goals, v.tolist())},
@@ -163,40 +164,18 @@ class VStarTable:
         return len(self.v_star)
 
     def __contains__(self, goal_id: object) -> bool:
-        return str(goal_id) in self.v_star
+        return goal_id in self.v_star
 
     @property
     def n_samples(self) -> int:
         """N, the number of reference samples per goal."""
         return len(next(iter(self.rewards.values()))) if self.rewards else 0
 
-    def drop_all_zero(self, threshold: float = 0.0) -> set[str]:
-        """Goal ids none of whose ``N`` reference samples scored above ``threshold`` (default: above 0).
-
-        These are the goals the reference policy never solved even partially; A*-PO's paper drops such prompts from
-        stage 2 (they carry no signal and cost rollouts). With the project's reward (WebShop score, 0 without a
-        purchase, minus format penalties) a sample "scored 0" when its reward is ``<= 0``, so penalised samples count
-        as zero-score too.
-
-        Returns:
-            the set of goal ids (str) to drop; the table itself is not modified.
-        """
-        return {g for g, samples in self.rewards.items() if max(samples) <= threshold}
-
-    def all_equal(self) -> set[str]:
-        """Goal ids whose ``N`` reference rewards are all equal: their advantage ``r − V*`` has the same sign for
-        every sample, so they carry no relative signal (RAGEN's StarPO-S keeps the high-variance prompts instead).
-
-        Returns:
-            the set of goal ids (str); the table itself is not modified.
-        """
-        return {g for g, samples in self.rewards.items() if len(set(samples)) == 1}
-
     def lookup(self, goal_ids: Iterable[Any], device: torch.device | str | None = None) -> Tensor:
         """V* of each goal, in order, as a tensor.
 
         Args:
-            goal_ids: B goal ids (compared as ``str``).
+            goal_ids: B goal indices (ints, or anything ``int()`` takes: a 0-d tensor).
             device: where to put the result (default CPU).
 
         Returns:
@@ -207,7 +186,7 @@ class VStarTable:
         """
         values = []
         for goal in goal_ids:
-            gid = str(goal)
+            gid = int(goal)
             if gid not in self.v_star:
                 raise KeyError(
                     f"goal id {goal!r} has no V* in table {self.key[:12]}… ({len(self.v_star)} goals); was it in the "

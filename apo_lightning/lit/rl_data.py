@@ -1,11 +1,17 @@
 """The RL data module: goals, splits and the batches of fresh trajectories.
 
-The data path is one-way: the data module owns the goals, V* (``stage1``) and batch assembly, and asks the
-LightningModule only for its current policy (``rollout_policy()``). Whether the objective needs V* and how many
-rollouts a goal gets reach it as linked arguments (``lit.cli``), not by reading the module.
+The data path is one-way: the data module owns the goals, V* (``stage1``), the sampler (``sampler.Sampler``, built
+once and handed the module's policy once) and batch assembly. Whether the objective needs V* and how many rollouts a
+goal gets reach it as linked arguments (``lit.cli``).
 
-Stage 1 (``setup``, once, cached): V* of every training goal from N samples of the reference policy
-(:class:`~apo_lightning.lit.stage1.Stage1`).
+A training step, read top to bottom: ``train_batch`` (this file: goals, ``Sampler.training_trajectories``, reused
+stage-1 rows, ``Stage1.v_star``, ``Sampler.collate`` into a :class:`TrainingBatch`), then
+``WebShopRLModule.training_step`` (``rl_module``: log π and log π_ref at the generated tokens, packed one row per
+trajectory, and the objective's loss).
+
+Stage 1 (once, cached, when ``fit`` first asks for the training batches: the module's π_ref is loaded and on its
+device by then): V* of every training goal from N samples of the module's reference policy
+(:class:`~apo_lightning.lit.stage1.Stage1`), its sample statistics logged as ``stage1/*``.
 
 Stage 2 (``train_dataloader``): a sized, resumable stream (``streams.StepStream``); batch ``k`` is rolled out when
 training step ``k`` asks for it, so with the parameters after ``k`` updates. Its goals and sampling seed are pure
@@ -21,22 +27,60 @@ under (:class:`~apo_lightning.lit.stage1.Stage1`, the same ``env``); validation 
 from __future__ import annotations
 
 import random
-import time
+from typing import TypedDict
 
 import torch
 
 from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
-from ..rollout.collate import collate_trajectories
 from ..rollout.settings import RolloutSettings, check_settings
+from ..rollout.trajectory import Trajectory
 from ..rollout.vllm_backend import VLLMBackend
 from ..utils.seeds import derive_seed
 from ..webshop.settings import EnvConfig, RewardSettings
+from .sampler import Sampler
 from .settings import SettingError, WebShopDataModule, ensure_policy
 from .stage1 import Stage1, VStarConfig
 from .streams import ChunkStream, StepStream
 
-__all__ = ["VStarConfig", "WebShopRLDataModule"]
+__all__ = ["TrainingBatch", "VStarConfig", "WebShopRLDataModule"]
+
+
+class TrainingBatch(TypedDict):
+    """One training batch of this process: B trajectories (the R fresh ones of the current policy, then any reused
+    stage-1 ones) in S segments (S = B with full history), right-padded to T tokens.
+
+    Keys:
+        input_ids, attention_mask: (S, T) int64.
+        gen_mask: (S, T) float32, 1 on sampled tokens.
+        old_logp: (S, T) float32, the sampler's log π of each sampled token, 0 elsewhere.
+        traj_index: (S,) int64, the trajectory each segment belongs to.
+        reward: (B,) float32, r(x, y) (``webshop.settings.RewardSettings``).
+        score, success: (B,) float32, WebShop's score (0…1) and whether it is 1.
+        goal_index: (B,) int64.
+        v_star: (B,) float32, V*(x) of each row's goal (stage 1's table; 0 when the objective needs no V*).
+        group: (B,) int64, the goal's position in the batch (GRPO's groups); each reused row its own.
+        trajectories: the R fresh trajectories (metrics and text samples).
+        rollout_seconds: wall time of the fresh rollouts.
+        sampled_by: ``rollout.backend`` ("hf" or "vllm").
+        batch_number: the batch's number in the run (0, 1, …).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    gen_mask: torch.Tensor
+    old_logp: torch.Tensor
+    traj_index: torch.Tensor
+    reward: torch.Tensor
+    score: torch.Tensor
+    success: torch.Tensor
+    goal_index: torch.Tensor
+    v_star: torch.Tensor
+    group: torch.Tensor
+    trajectories: list[Trajectory]
+    rollout_seconds: float
+    sampled_by: str
+    batch_number: int
 
 
 class WebShopRLDataModule(WebShopDataModule):
@@ -74,7 +118,7 @@ class WebShopRLDataModule(WebShopDataModule):
 
     Raises:
         ValueError: a setting out of range, named as its config key (``batch_size must be >= 1, got 0``), or
-            ``vstar.reuse``, ``vstar.refresh_every`` or ``vstar.goal_filter`` set while ``needs_v_star`` is false.
+            ``vstar.reuse`` set while ``needs_v_star`` is false.
     """
 
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
@@ -97,13 +141,11 @@ class WebShopRLDataModule(WebShopDataModule):
         vstar.check("vstar.")
         if not needs_v_star:  # stage-1 settings that would otherwise be ignored
             check_settings("vstar.", [(name, value, value == off, f"{off!r} when needs_v_star is false (no stage 1)")
-                                      for name, value, off in (("reuse", vstar.reuse, 0),
-                                                               ("refresh_every", vstar.refresh_every, 0),
-                                                               ("goal_filter", vstar.goal_filter, "all"))])
+                                      for name, value, off in (("reuse", vstar.reuse, 0),)])
         self.env = env
         self.chat = chat
         self.reward = reward
-        self.reference_model = model_name_or_path
+        self.model_name_or_path = model_name_or_path
         self.tiny = tiny
         self.seed = seed
         self.needs_v_star = needs_v_star
@@ -120,6 +162,7 @@ class WebShopRLDataModule(WebShopDataModule):
         self.vstar = vstar
         self.stage1 = Stage1(vstar, env, chat, reward, rollout, seed)
         self._vllm: VLLMBackend | None = None
+        self.sampler: Sampler | None = None  # built on first use (_sampler)
         self.goal_pool: list[int] = []
         self.stream: StepStream | None = None
 
@@ -142,10 +185,10 @@ class WebShopRLDataModule(WebShopDataModule):
 
     def prepare_data(self) -> None:
         """Once per machine: build the (untrained) tiny policy if the config asks for one and it is missing."""
-        ensure_policy(self.reference_model, self.tiny, self.env, self.chat)
+        ensure_policy(self.model_name_or_path, self.tiny, self.env, self.chat)
 
     def setup(self, stage: str | None = None) -> None:
-        """For ``fit``: stage 1 (with ``needs_v_star``, once) and the goal pool stage 2 trains on.
+        """For ``fit``: the goal pool stage 2 trains on.
 
         Raises:
             ValueError: fewer training goals than processes.
@@ -153,11 +196,6 @@ class WebShopRLDataModule(WebShopDataModule):
         if stage not in ("fit", None):
             return
         pool = self.pool()
-        if self.needs_v_star:
-            if self.stage1.table is None:
-                root = self.trainer.strategy.root_device if self.trainer is not None else None
-                self.stage1.load(self.reference_model, pool, self.rank, self.world_size, root, backend=self.backend())
-            pool = self.stage1.kept_goals(pool)
         if len(pool) < self.world_size:
             raise ValueError(f"{len(pool)} training goals cannot be shared by {self.world_size} processes")
         self.goal_pool = pool
@@ -176,13 +214,14 @@ class WebShopRLDataModule(WebShopDataModule):
         return goals
 
     # ------------------------------------------------------------------------------------------------ stage 2
-    def _policy(self):
-        """The LightningModule's current policy and tokenizer: all the data module asks of it. With the vLLM
-        backend, its server is synced to the policy first (the weight-sync hook: once per update)."""
-        model, tokenizer = self.trainer.lightning_module.rollout_policy()
-        if self.rollout.backend == "vllm":
-            self.backend().sync(model, self.trainer.global_step)
-        return model, tokenizer
+    def _sampler(self) -> Sampler:
+        """The run's sampler: built, and handed the module's policy (``rollout_policy()``) and the Trainer's precision
+        context, on first use."""
+        if self.sampler is None:
+            self.sampler = Sampler(self.env, self.chat, self.reward, self.rollout, self.seed, self.backend())
+            policy, tokenizer = self.trainer.lightning_module.rollout_policy()
+            self.sampler.attach(policy, tokenizer, self.trainer.precision_plugin.forward_context)
+        return self.sampler
 
     def backend(self) -> VLLMBackend | None:
         """This process's vLLM server (``rollout.backend: vllm``; started on its first request, stopped in
@@ -191,7 +230,7 @@ class WebShopRLDataModule(WebShopDataModule):
             return None
         if self._vllm is None:
             device = self.trainer.strategy.root_device.type if self.trainer is not None else "cpu"
-            self._vllm = VLLMBackend(self.rollout.vllm, self.reference_model, self.rank, device)
+            self._vllm = VLLMBackend(self.rollout.vllm, self.model_name_or_path, self.rank, device)
         return self._vllm
 
     def teardown(self, stage: str | None = None) -> None:
@@ -199,46 +238,40 @@ class WebShopRLDataModule(WebShopDataModule):
             self._vllm.close()
             self._vllm = None
 
-    def _rollout_context(self):
-        return self.trainer.precision_plugin.forward_context()
+    def run_stage1(self) -> None:
+        """Stage 1 (with ``needs_v_star``, once per process): the V* table of the goal pool, sampled with the
+        module's π_ref (``reference_policy``; float32 whatever the Trainer's precision: no autocast here) or found
+        in the cache, and its sample statistics logged as ``stage1/*`` at the current step."""
+        if not self.needs_v_star or self.stage1.table is not None:
+            return
+        module = self.trainer.lightning_module
+        self.stage1.load(module.reference_policy, module.tokenizer, module.reference_sha256, self.goal_pool,
+                         self.rank, self.world_size, backend=self.backend())
+        if self.trainer.logger is not None and self.trainer.is_global_zero:
+            self.trainer.logger.log_metrics({f"stage1/{k}": v for k, v in self.stage1.statistics.items()},
+                                            step=self.trainer.global_step)
 
-    def train_batch(self, batch_number: int) -> dict:
+    def train_batch(self, batch_number: int) -> TrainingBatch:
         """Training batch ``batch_number``: ``rollouts_per_goal`` fresh trajectories of the current policy for each
         of this rank's goals, then ``vstar.reuse`` stage-1 reference trajectories (``Stage1.reused``), collated
-        (``rollout.collate.collate_trajectories``; rows in that order), with per row ``v_star`` (B,) float32 (0
-        without ``needs_v_star``) and ``group`` (B,) int64 (the goal's position in the batch; each reused row its
-        own), and ``trajectories`` (the fresh ones only, R ≤ B), ``rollout_seconds``, ``batch_number`` and
-        ``stage1`` (the sample statistics of a V* table made since the last batch, else None), ``sampled_by``
-        (``rollout.backend``).
-
-        With ``vstar.refresh_every``, V* is re-estimated with the current policy first when this batch is due.
-        """
-        if self.stage1.refresh_due(batch_number):
-            model, tokenizer = self._policy()
-            with self._rollout_context():
-                self.stage1.refresh(model, tokenizer, self.goal_pool, batch_number, self.rank, self.world_size,
-                                    backend=self.backend())
+        (``rollout.collate.collate_trajectories``; rows in that order), with each row's V* and group."""
         goals = self.goals_for_batch(batch_number)
-        goal_list = [g for g in goals for _ in range(self.rollouts_per_goal)]
-        model, tokenizer = self._policy()
-        engine = self.rollout.engine(model, tokenizer, self.chat, self.reward, backend=self.backend())
-        start = time.perf_counter()
-        with self._rollout_context():
-            envs = self.env.training_envs(goal_list, seed=derive_seed(self.seed, "wording", self.rank, batch_number))
-            trajectories = engine.rollout(envs, goal_list,
-                                          seed=derive_seed(self.seed, "rollout", self.rank, batch_number))
+        sampler = self._sampler()
+        trajectories, seconds = sampler.training_trajectories([g for g in goals for _ in range(self.rollouts_per_goal)],
+                                                              self.rank, batch_number, self.trainer.global_step)
         reused = self.stage1.reused(self.goal_pool[self.rank::self.world_size], self.rank, batch_number)
-        batch = collate_trajectories(trajectories + reused, tokenizer.pad_token_id)
         rows = [t.goal_index for t in trajectories + reused]
-        batch["v_star"] = self.stage1.table.lookup(rows) if self.needs_v_star else torch.zeros(len(rows))
-        batch["group"] = torch.cat([torch.arange(len(goals)).repeat_interleave(self.rollouts_per_goal),
-                                    len(goals) + torch.arange(len(reused))])
-        batch.update(trajectories=trajectories, rollout_seconds=time.perf_counter() - start,
-                     sampled_by=self.rollout.backend,
-                     batch_number=batch_number, stage1=self.stage1.take_statistics())
-        return batch
+        return TrainingBatch(
+            **sampler.collate(trajectories + reused),
+            v_star=self.stage1.v_star(rows) if self.needs_v_star else torch.zeros(len(rows)),
+            group=torch.cat([torch.arange(len(goals)).repeat_interleave(self.rollouts_per_goal),
+                             len(goals) + torch.arange(len(reused))]),
+            trajectories=trajectories, rollout_seconds=seconds, sampled_by=self.rollout.backend,
+            batch_number=batch_number)
 
     def train_dataloader(self) -> StepStream:
+        """The training batches (``train_batch``), after stage 1 (``run_stage1``)."""
+        self.run_stage1()
         if self.stream is None:  # one stream per run: its cursor is the run's position
             self.stream = StepStream(self.steps_per_epoch, self.train_batch)
         return self.stream
@@ -246,11 +279,7 @@ class WebShopRLDataModule(WebShopDataModule):
     # ------------------------------------------------------------------------------------------------ evaluation
     def eval_batch(self, goals: list[int]) -> dict:
         """Greedy trajectories of the current policy on ``goals``: ``{"trajectories": [...]}``."""
-        model, tokenizer = self._policy()
-        engine = self.rollout.engine(model, tokenizer, self.chat, self.reward, greedy=True,
-                                     backend=self.backend())
-        with self._rollout_context():
-            return {"trajectories": engine.rollout(self.env.envs(len(goals)), goals, seed=0)}
+        return {"trajectories": self._sampler().greedy_trajectories(goals, self.trainer.global_step)}
 
     def _eval_loader(self, goals: list[int], limit: int, setting: str) -> ChunkStream:
         """This rank's share (every ``world_size``-th) of the first ``limit`` of ``goals`` (0 = all).
@@ -274,11 +303,3 @@ class WebShopRLDataModule(WebShopDataModule):
 
     def test_dataloader(self) -> ChunkStream:
         return self._eval_loader(self.env.split("test"), self.test_goals, "test_goals")
-
-    # ------------------------------------------------------------------------------------------------ resume
-    def state_dict(self) -> dict:
-        """A V* table refreshed during training (``Stage1.state_dict``)."""
-        return self.stage1.state_dict()
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self.stage1.load_state_dict(state_dict)

@@ -42,8 +42,9 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Iterator, Literal
 
 import torch
 from lightning.pytorch import LightningModule
@@ -57,6 +58,7 @@ from ..eval.report import write_results
 from ..models.lora import REFERENCE_ADAPTER, LoraSettings, adapter_active
 from ..rollout.trajectory import Trajectory
 from ..utils.memory import release_free_memory
+from .rl_data import TrainingBatch
 from .settings import CheckedResume, load_start
 
 log = logging.getLogger(__name__)
@@ -161,20 +163,28 @@ class WebShopRLModule(CheckedResume, LightningModule):
     def on_validation_end(self) -> None:
         self._last_step_start = None  # a validation is not a training step's time
 
+    @contextmanager
+    def reference_policy(self) -> Iterator[torch.nn.Module]:
+        """π_ref as a model to run, inside this context: the separate copy (full fine-tuning), or the policy's
+        network with its ``reference`` adapter active (LoRA from an adapter folder) or its adapter disabled (a fresh
+        adapter). Stage 1 samples it and the loss scores with it: one π_ref, loaded once (``configure_model``)."""
+        if self.reference is not None:
+            yield self.reference
+        elif REFERENCE_ADAPTER in self.policy.peft_config:  # LoRA from an adapter folder: its frozen adapter
+            with adapter_active(self.policy, REFERENCE_ADAPTER):
+                yield self.policy
+        else:
+            with self.policy.disable_adapter():  # a fresh adapter: the base network is the reference
+                yield self.policy
+
     def reference_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                            gen_mask: torch.Tensor) -> torch.Tensor:
         """log π_ref of each generated token, (S, T) float32 (0 elsewhere), without gradients."""
-        with torch.no_grad():
-            if self.reference is not None:
-                return generated_logprobs(self.reference, input_ids, attention_mask, gen_mask)
-            if REFERENCE_ADAPTER in self.policy.peft_config:  # LoRA from an adapter folder: its frozen adapter
-                with adapter_active(self.policy, REFERENCE_ADAPTER):
-                    return generated_logprobs(self.policy, input_ids, attention_mask, gen_mask)
-            with self.policy.disable_adapter():  # a fresh adapter: the base network is the reference
-                return generated_logprobs(self.policy, input_ids, attention_mask, gen_mask)
+        with torch.no_grad(), self.reference_policy() as reference:
+            return generated_logprobs(reference, input_ids, attention_mask, gen_mask)
 
     # ------------------------------------------------------------------------------------------------ training
-    def packed_batch(self, batch: dict) -> PackedBatch:
+    def packed_batch(self, batch: TrainingBatch) -> PackedBatch:
         """Log π (with gradients), log π_ref and the old log π at the generated tokens, one row per trajectory (the
         fresh ones, then any reused stage-1 samples), with the batch's rewards, V* and groups.
 
@@ -186,7 +196,7 @@ class WebShopRLModule(CheckedResume, LightningModule):
         tokens, attention, gen_mask = batch["input_ids"], batch["attention_mask"], batch["gen_mask"]
         logp, entropy = generated_logprobs(self.policy, tokens, attention, gen_mask, with_entropy=True)  # (S, T)
         ref_logp = self.reference_logprobs(tokens, attention, gen_mask)  # (S, T)
-        packed_logp, mask = pack_generated(logp, gen_mask, batch["traj_index"], n)  # (B, G)
+        packed_logp, mask = pack_generated(logp, gen_mask, batch["traj_index"], n)  # (B, L)
         packed_ref, _ = pack_generated(ref_logp, gen_mask, batch["traj_index"], n)
         packed_sampled, _ = pack_generated(batch["old_logp"], gen_mask, batch["traj_index"], n)
         packed_entropy, _ = pack_generated(entropy, gen_mask, batch["traj_index"], n)
@@ -198,7 +208,7 @@ class WebShopRLModule(CheckedResume, LightningModule):
         return PackedBatch(packed_logp, packed_ref, packed_old, mask, batch["reward"], batch["v_star"],
                            batch["group"], packed_entropy)
 
-    def training_step(self, batch: dict, batch_idx: int):
+    def training_step(self, batch: TrainingBatch, batch_idx: int):
         now = time.perf_counter()
         if self._last_step_start is not None:  # the rollout of this batch and the update of the last one
             seconds = now - self._last_step_start
@@ -222,12 +232,12 @@ class WebShopRLModule(CheckedResume, LightningModule):
         self._log_training(loss, stats, batch)
         return loss
 
-    def on_train_batch_end(self, outputs, batch: dict, batch_idx: int) -> None:
+    def on_train_batch_end(self, outputs, batch: TrainingBatch, batch_idx: int) -> None:
         release_free_memory()  # the step's activations: back to the OS, not kept through the next rollout
 
-    def _log_training(self, loss, stats: dict, batch: dict) -> None:
-        """``train/*`` (the objective's statistics), ``rollout/*`` (the trajectories'), ``stage1/*`` when the batch
-        carries a new V* table, and text samples; every scalar is reduced across ranks."""
+    def _log_training(self, loss, stats: dict, batch: TrainingBatch) -> None:
+        """``train/*`` (the objective's statistics), ``rollout/*`` (the trajectories') and text samples; every scalar
+        is reduced across ranks."""
         trajectories: list[Trajectory] = batch["trajectories"]
         n = len(trajectories)
         if loss is not None:
@@ -241,8 +251,6 @@ class WebShopRLModule(CheckedResume, LightningModule):
         self.log("rollout/trajectories_per_s", n / max(batch["rollout_seconds"], 1e-9), batch_size=n,
                  sync_dist=True, reduce_fx="sum")
         self.log("rollout/logp_gap", self._logp_gap, batch_size=n, sync_dist=True)
-        if batch.get("stage1") and self.logger is not None and self.trainer.is_global_zero:
-            self.logger.log_metrics({f"stage1/{k}": v for k, v in batch["stage1"].items()}, step=self.global_step)
         if self.hparams.text_every and self.global_step % self.hparams.text_every == 0:
             self._log_text(trajectories[: self.hparams.sample_trajectories])
 

@@ -6,9 +6,9 @@ covering the reference weights, goals, N, sampling, run seed, env, reward and pr
 with the same settings samples nothing. Under DDP every rank samples its share of the goals (every
 ``world_size``-th) with its own seed, and the parts are gathered so that every rank holds the whole table.
 
-During training, :class:`Stage1` can also re-estimate V* with the current policy (``refresh_every``), hand out
-stage-1 trajectories as extra regression rows (``reuse``), and keep the sample statistics of its newest table for
-the module to log.
+π_ref is the LightningModule's own (``WebShopRLModule.reference_policy``), so the weights the loss compares with are
+the weights stage 1 samples, loaded and hashed once. During training, :class:`Stage1` can also hand out stage-1
+trajectories as extra regression rows (``reuse``).
 
 With the env's ``vary_wording`` (training that reads), stage 1 samples under the same wording distribution as stage
 2: each of a goal's N samples shows its own freshly drawn instruction (``EnvConfig.training_envs``), so V*(x) is the
@@ -20,26 +20,23 @@ from __future__ import annotations
 
 import logging
 import random
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Literal, get_args
+from typing import Callable
 
 import torch
 
 from ..apo.vstar import VStarCache, VStarTable
 from ..eval.metrics import sample_statistics
-from ..models.loading import load_policy, resolve_device
 from ..rollout.chat import ChatFormat
 from ..rollout.engine import rollout_goals
 from ..rollout.settings import RolloutSettings, check_settings
 from ..rollout.trajectory import Trajectory, regression_record, regression_trajectory
-from ..utils.hashing import hash_state_dict
 from ..utils.seeds import derive_seed
 from ..webshop.settings import EnvConfig, RewardSettings
 
 log = logging.getLogger(__name__)
-
-GoalFilter = Literal["all", "nonzero", "informative"]
 
 
 @dataclass
@@ -53,13 +50,6 @@ class VStarConfig:
         temperature: sampling temperature of the reference rollouts (> 0); they sample the whole distribution
             (no nucleus), with the rollouts' ``max_new_tokens`` and ``valid_clicks``.
         batch_size: episodes per stage-1 rollout batch.
-        goal_filter: which of the stage-1 goals stage 2 trains on: "all"; "nonzero", those where some reference
-            sample earned a reward above 0 (the A*-PO authors drop the others, Brantley et al. 2025);
-            "informative", those whose N rewards are not all equal (RAGEN's StarPO-S keeps the high-variance
-            prompts, Wang et al. 2025).
-        refresh_every: re-estimate V* with the current policy (N samples per goal of the pool) before every K-th
-            training batch, 0 = never; V* refresh is the future work the minimal RAGEN + A*-PO seed project names.
-            A refreshed table is saved in the checkpoints.
         reuse: stage-1 reference trajectories added to every training batch (per process) as extra regression rows
             with their goal's V*; 0 = none (the paper's stage 2: fresh trajectories only). A*-PO's regression target
             ``β2 · log π*(y|x)/π_ref(y|x) = r(x, y) − V*(x)`` holds for every y (Brantley et al. 2025, §3), so
@@ -67,19 +57,14 @@ class VStarConfig:
             are drawn from this process's share of the goal pool, afresh for every batch, and cached beside the V*
             table (``<key>.samples.pt``).
         cache_dir: where V* tables are cached.
-        device: where the stage-1 rollouts run: "auto" (CUDA when available, else CPU), "cpu" or "cuda". Not a
-            part of the cache key: samples drawn on either device estimate the same V*.
     """
 
     num_samples: int = 8
     beta1: float = 0.5
     temperature: float = 1.0
     batch_size: int = 32
-    goal_filter: GoalFilter = "all"
-    refresh_every: int = 0
     reuse: int = 0
     cache_dir: str = "data/vstar"
-    device: str = "auto"
 
     def check(self, prefix: str = "") -> None:
         """Raise ValueError naming the first setting out of range, as ``{prefix}{setting}``."""
@@ -87,9 +72,6 @@ class VStarConfig:
                                 ("beta1", self.beta1, self.beta1 > 0, "> 0"),
                                 ("temperature", self.temperature, self.temperature > 0, "> 0"),
                                 ("batch_size", self.batch_size, self.batch_size >= 1, ">= 1"),
-                                ("goal_filter", self.goal_filter, self.goal_filter in get_args(GoalFilter),
-                                 f"one of {get_args(GoalFilter)}"),
-                                ("refresh_every", self.refresh_every, self.refresh_every >= 0, ">= 0"),
                                 ("reuse", self.reuse, self.reuse >= 0, ">= 0")])
 
 
@@ -102,10 +84,11 @@ class Stage1:
         seed: the run seed; each rank and purpose derives its sampling seed from it.
 
     Attributes:
-        table: the V* table in use (stage 1's, or the newest refresh's); None before :meth:`load`.
+        table: the V* table; None before :meth:`load`.
         samples: with ``reuse``, the stage-1 trajectories: goal id -> the N records of
             ``rollout.trajectory.regression_record``.
-        refreshed_at: the training batch whose start made ``table`` by a refresh; None for stage 1's own table.
+        statistics: the sample statistics of ``table`` (``eval.metrics.sample_statistics``); None before
+            :meth:`load`.
     """
 
     def __init__(self, settings: VStarConfig, env: EnvConfig, chat: ChatFormat, reward: RewardSettings,
@@ -117,9 +100,8 @@ class Stage1:
         self.rollout = rollout
         self.seed = seed
         self.table: VStarTable | None = None
-        self.samples: dict[str, list[dict]] = {}
-        self.refreshed_at: int | None = None
-        self._statistics: dict[str, float] | None = None
+        self.samples: dict[int, list[dict]] = {}
+        self.statistics: dict[str, float] | None = None
 
     def key_parts(self, reference_hash: str, goals: list[int]) -> dict:
         """Everything the stage-1 rewards of ``goals`` depend on (the cache key's parts).
@@ -146,8 +128,8 @@ class Stage1:
         }
 
     def sample_rewards(self, model, tokenizer, goals: list[int], purpose: str, rank: int = 0, world_size: int = 1,
-                       keep: dict[str, list[dict]] | None = None, backend=None) -> dict[str, list[float]]:
-        """N sampled trajectory rewards per goal under ``model`` (π_ref, or the current policy on a refresh).
+                       keep: dict[int, list[dict]] | None = None, backend=None) -> dict[int, list[float]]:
+        """N sampled trajectory rewards per goal under ``model`` (π_ref).
 
         Rank ``rank`` samples every ``world_size``-th goal with a seed derived from the run seed, ``purpose`` and
         its rank; the parts are gathered, so every rank returns all goals. With ``keep``, the trajectories are
@@ -167,12 +149,12 @@ class Stage1:
                                      observation_mode=self.env.observation_mode, max_steps=self.env.max_steps,
                                      progress=rank == 0, description=f"{purpose} samples (rank 0)",
                                      make_envs=make_envs)
-        rewards: dict[str, list[float]] = {str(g): [] for g in share}
-        samples: dict[str, list[dict]] = {str(g): [] for g in share}
+        rewards: dict[int, list[float]] = {g: [] for g in share}
+        samples: dict[int, list[dict]] = {g: [] for g in share}
         for t in trajectories:
-            rewards[str(t.goal_index)].append(t.reward)
+            rewards[t.goal_index].append(t.reward)
             if keep is not None:
-                samples[str(t.goal_index)].append(regression_record(t))
+                samples[t.goal_index].append(regression_record(t))
         if world_size > 1:
             gathered: list = [None] * world_size
             torch.distributed.all_gather_object(gathered, (rewards, samples if keep is not None else {}))
@@ -182,8 +164,8 @@ class Stage1:
             keep.update(samples)
         return rewards
 
-    def load(self, reference_model: str, goals: list[int], rank: int = 0, world_size: int = 1,
-             root_device: torch.device | None = None, backend=None) -> VStarTable:
+    def load(self, reference_policy: Callable[[], AbstractContextManager], tokenizer, reference_sha256: str,
+             goals: list[int], rank: int = 0, world_size: int = 1, backend=None) -> VStarTable:
         """Stage 1: the V* table of ``goals`` from the cache, or sampled with π_ref (every rank its share) and saved.
 
         All ranks look the key up before any of them samples, and sampling ends in a collective, so they agree on
@@ -191,29 +173,28 @@ class Stage1:
         without them is sampled again (the same seeds give the same rewards).
 
         Args:
-            reference_model: π_ref's directory.
+            reference_policy: a context manager factory that yields π_ref as a model to sample from, where it is
+                (the module's ``reference_policy``).
+            tokenizer: π_ref's tokenizer.
+            reference_sha256: the hash of π_ref's weights (the module's ``reference_sha256``, which its checkpoints
+                record): a part of the cache key.
             goals: the training goals.
             rank, world_size: this process among the run's.
-            root_device: this rank's device under a trainer: the rollouts run there when ``device`` asks for its
-                type.
             backend: with ``rollout.backend`` "vllm", this process's server, which samples π_ref.
         """
         reuse = bool(self.settings.reuse)
-        model, tokenizer = load_policy(reference_model)
-        key_parts = self.key_parts(hash_state_dict(model.state_dict()), goals)
+        key_parts = self.key_parts(reference_sha256, goals)
         cache = VStarCache(self.settings.cache_dir)
         key = cache.key(key_parts)
         stored = cache.load_samples(key) if reuse else None
-        sampled: dict[str, list[dict]] = {}
+        sampled: dict[int, list[dict]] = {}
 
-        def compute_fn() -> dict[str, list[float]]:
+        def compute_fn() -> dict[int, list[float]]:
             if backend is not None:
                 backend.use_reference()
-            else:
-                device = resolve_device(self.settings.device)
-                model.to(str(root_device) if root_device is not None and root_device.type == device else device)
-            return self.sample_rewards(model, tokenizer, goals, "stage1", rank, world_size,
-                                       keep=sampled if reuse else None, backend=backend)
+            with reference_policy() as model:
+                return self.sample_rewards(model, tokenizer, goals, "stage1", rank, world_size,
+                                           keep=sampled if reuse else None, backend=backend)
 
         table = cache.get_or_compute(key_parts, compute_fn, self.settings.beta1, recompute=reuse and stored is None)
         if reuse:
@@ -222,32 +203,21 @@ class Stage1:
                 if rank == 0:
                     cache.save_samples(key, stored)
             self.samples = stored
-        self._use(table, "stage 1")
+        self.table = table
+        self.statistics = sample_statistics(table.rewards)
+        log.info("stage 1: %s", ", ".join(f"{k} {v:.4g}" for k, v in self.statistics.items()))
         return table
 
-    def kept_goals(self, goals: list[int]) -> list[int]:
-        """``goals`` without those ``goal_filter`` drops (judged on the current table)."""
-        if self.settings.goal_filter == "all":
-            return list(goals)
-        dropped = self.table.drop_all_zero() if self.settings.goal_filter == "nonzero" else self.table.all_equal()
-        kept = [g for g in goals if str(g) not in dropped]
-        log.info("goal_filter %s: %d of %d goals kept", self.settings.goal_filter, len(kept), len(goals))
-        return kept
+    def v_star(self, goals: list[int]) -> torch.Tensor:
+        """V* of each goal, (B,) float32 (``VStarTable.lookup``).
 
-    def refresh_due(self, batch_number: int) -> bool:
-        """Whether V* is re-estimated before training batch ``batch_number`` (and was not already)."""
-        every = self.settings.refresh_every
-        return bool(every and batch_number and batch_number % every == 0 and self.refreshed_at != batch_number)
-
-    def refresh(self, model, tokenizer, goals: list[int], batch_number: int, rank: int = 0,
-                world_size: int = 1, backend=None) -> None:
-        """Re-estimate V* for ``goals`` with ``model`` (the current policy; every rank its share), before batch
-        ``batch_number``."""
-        purpose = f"refresh-{batch_number}"
-        rewards = self.sample_rewards(model, tokenizer, goals, purpose, rank, world_size, backend=backend)
-        self._use(VStarTable.from_rewards(purpose, rewards, self.settings.beta1),
-                  f"V* refreshed before batch {batch_number}")
-        self.refreshed_at = batch_number
+        Raises:
+            RuntimeError: before :meth:`load`.
+            KeyError: a goal outside the table.
+        """
+        if self.table is None:
+            raise RuntimeError("V* was asked for before stage 1 ran (Stage1.load)")
+        return self.table.lookup(goals)
 
     def reused(self, shard: list[int], rank: int, batch_number: int) -> list[Trajectory]:
         """``reuse`` stage-1 trajectories for training batch ``batch_number``, drawn without replacement from the
@@ -255,29 +225,7 @@ class Stage1:
         without ``reuse``."""
         if not self.settings.reuse:
             return []
-        candidates = [(g, record) for g in shard for record in self.samples[str(g)]]
+        candidates = [(g, record) for g in shard for record in self.samples[g]]
         rng = random.Random(derive_seed(self.seed, "reuse", rank, batch_number))
         chosen = rng.sample(candidates, min(self.settings.reuse, len(candidates)))
         return [regression_trajectory(g, record) for g, record in chosen]
-
-    def take_statistics(self) -> dict[str, float] | None:
-        """The sample statistics (``eval.metrics.sample_statistics``) of a table made since the last call, once."""
-        statistics, self._statistics = self._statistics, None
-        return statistics
-
-    def _use(self, table: VStarTable, what: str) -> None:
-        self.table = table
-        self._statistics = sample_statistics(table.rewards)
-        log.info("%s: %s", what, ", ".join(f"{k} {v:.4g}" for k, v in self._statistics.items()))
-
-    def state_dict(self) -> dict:
-        """A table refreshed during training (stage 1's own table is cached on disk and found by its key)."""
-        if self.refreshed_at is None:
-            return {}
-        return {"refreshed_at": self.refreshed_at, "v_star_rewards": self.table.rewards}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        if state_dict.get("refreshed_at") is not None:
-            self.refreshed_at = int(state_dict["refreshed_at"])
-            self.table = VStarTable.from_rewards(f"refresh-{self.refreshed_at}", state_dict["v_star_rewards"],
-                                                 self.settings.beta1)

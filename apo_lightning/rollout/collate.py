@@ -43,7 +43,7 @@ def collate_trajectories(trajectories: Sequence[Trajectory], pad_id: int) -> dic
         ``success (B,)`` float32 and ``goal_index (B,)`` int64. S = B with full history (one segment each).
     """
     segments = [(i, s) for i, t in enumerate(trajectories) for s in t.segments]
-    batch = pad_batch([{"input_ids": s.token_ids, "gen_mask": s.gen_mask, "old_logp": s.logp} for _, s in segments],
+    batch = pad_batch([{"input_ids": s.token_ids, "gen_mask": s.gen_mask, "old_logp": s.old_logp} for _, s in segments],
                       pad_id, per_token=("gen_mask", "old_logp"))
     batch["traj_index"] = torch.tensor([i for i, _ in segments], dtype=torch.long)
     batch["reward"] = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)

@@ -211,7 +211,7 @@ class RolloutEngine:
         Returns:
             True when the next turn starts a new segment (its KV cache is not reusable).
         """
-        ep.trajectory.segments[-1].append(ids, generated=target, logp=logp)
+        ep.trajectory.segments[-1].append(ids, generated=target, old_logp=logp)
         reply = self.tokenizer.decode(ids, skip_special_tokens=True)
         parsed: ParsedReply = parse_reply(reply)
         observation, score, done, info = ep.env.step(parsed.action if parsed.action is not None else "")

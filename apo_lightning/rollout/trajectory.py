@@ -44,17 +44,18 @@ class Turn:
 
 @dataclass
 class Segment:
-    """A token sequence of one trajectory: ids (T,), gen_mask (T,) 1 on sampled tokens, logp (T,) 0 elsewhere."""
+    """A token sequence of one trajectory: ids (T,), gen_mask (T,) 1 on sampled tokens, old_logp (T,) the sampling
+    policy's log-probability of each sampled token (the old log π of PPO-style ratios), 0 elsewhere."""
 
     token_ids: list[int]
     gen_mask: list[int]
-    logp: list[float]
+    old_logp: list[float]
     first_turn: int  # index of the first turn whose reply was sampled in this segment
 
-    def append(self, ids: Sequence[int], generated: bool, logp: Sequence[float] | None = None) -> None:
+    def append(self, ids: Sequence[int], generated: bool, old_logp: Sequence[float] | None = None) -> None:
         self.token_ids.extend(ids)
         self.gen_mask.extend([1 if generated else 0] * len(ids))
-        self.logp.extend(logp if logp is not None else [0.0] * len(ids))
+        self.old_logp.extend(old_logp if old_logp is not None else [0.0] * len(ids))
 
 
 @dataclass
@@ -115,7 +116,7 @@ class Trajectory:
 def regression_record(trajectory: Trajectory) -> dict:
     """What a loss needs of a trajectory, as plain lists and numbers (storable with ``torch.save`` and loadable
     with ``weights_only=True``): its segments, score, reward and success; the turns' text is dropped."""
-    return {"segments": [{"token_ids": list(s.token_ids), "gen_mask": list(s.gen_mask), "logp": list(s.logp),
+    return {"segments": [{"token_ids": list(s.token_ids), "gen_mask": list(s.gen_mask), "old_logp": list(s.old_logp),
                           "first_turn": s.first_turn} for s in trajectory.segments],
             "score": trajectory.score, "reward": trajectory.reward, "success": trajectory.success}
 

@@ -128,13 +128,13 @@ def synthetic_goal_table(prices: Sequence[float], instructed: Sequence[int], com
 
     Returns:
         ``(price_uppers, goal_rows, goal_combinations)``: (len(instructed),) float64 ceilings (``NO_PRICE_UPPER``
-        for none), and for each goal in generation order its product row and combination index, (G,) int32 each.
+        for none), and for each goal in generation order its product row and combination index, (num_goals,) int32 each.
     """
     price_uppers = np.array([_price_upper(prices[row], rng)[0] for row in instructed], dtype=np.float64)
     counts = np.asarray(combinations, dtype=np.int64)
-    goal_rows = np.repeat(np.asarray(instructed, dtype=np.int32), counts)  # (G,)
-    starts = np.repeat(np.cumsum(counts) - counts, counts)  # (G,) first goal of each goal's product
-    goal_combinations = (np.arange(len(goal_rows), dtype=np.int64) - starts).astype(np.int32)  # (G,)
+    goal_rows = np.repeat(np.asarray(instructed, dtype=np.int32), counts)  # (num_goals,)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)  # (num_goals,) first goal of each goal's product
+    goal_combinations = (np.arange(len(goal_rows), dtype=np.int64) - starts).astype(np.int32)  # (num_goals,)
     return price_uppers, goal_rows, goal_combinations
 
 
@@ -153,8 +153,8 @@ class SyntheticGoals(RowSequence):
 
     Args:
         products: the catalog's processed products by row (``store.ProductStore``).
-        goal_rows: (G,) int32, each goal's product row, in goal (shuffled) order.
-        goal_combinations: (G,) int32, each goal's option combination (:func:`goal_options_at`).
+        goal_rows: (num_goals,) int32, each goal's product row, in goal (shuffled) order.
+        goal_combinations: (num_goals,) int32, each goal's option combination (:func:`goal_options_at`).
         price_uppers: (N,) float64 by product row, the goal's ``price_upper`` (``NO_PRICE_UPPER`` for none).
         weights: (N,) float64 by product row, the goal's ``weight`` (:func:`synthetic_goal_weights`).
     """

@@ -28,7 +28,7 @@ a partial one, and concurrent builders keep the first that finishes):
   product name, each entry the JSON ``[name, [nouns]]``;
 * ``index/``: the search index (``SearchEngine.save``);
 * ``seed-<seed>/``: per catalog seed, ``prices.npy`` (N,) float64, and for synthetic goals ``price_uppers.npy`` (N,)
-  float64, ``goal_rows.npy`` and ``goal_combinations.npy`` (G,) int32 in goal (shuffled) order.
+  float64, ``goal_rows.npy`` and ``goal_combinations.npy`` (num_goals,) int32 in goal (shuffled) order.
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ class ProductStore(RowSequence):
     def seed_tables(self, seed: int, goal_kind: str) -> dict[str, np.ndarray]:
         """The seed-dependent arrays (prices, and for synthetic goals the goal table), built on first use and kept
         in ``seed-<seed>/``: ``{"prices": (N,) float64}`` plus, for synthetic goals, ``price_uppers`` (N,) float64,
-        ``goal_rows`` and ``goal_combinations`` (G,) int32 in shuffled goal order.
+        ``goal_rows`` and ``goal_combinations`` (num_goals,) int32 in shuffled goal order.
 
         Raises:
             ValueError: synthetic goals and a product with an instruction but no ``instruction_attributes`` (the

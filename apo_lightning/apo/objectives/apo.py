@@ -36,9 +36,9 @@ def apo_loss(
     Gradient flows into ``logp`` only: ``ref_logp``, ``reward`` and ``v_star`` are detached.
 
     Args:
-        logp: (B, T) float32, log-probabilities of the sampled tokens under the current policy π (with grad).
-        ref_logp: (B, T) float, the same under the frozen reference π_ref.
-        mask: (B, T), non-zero on model-generated tokens.
+        logp: (B, L) float32, log-probabilities of the sampled tokens under the current policy π (with grad).
+        ref_logp: (B, L) float, the same under the frozen reference π_ref.
+        mask: (B, L), non-zero on model-generated tokens.
         reward: (B,) float, trajectory reward r(x, y).
         v_star: (B,) float, V̂*(x) of each trajectory's goal (see :func:`v_star_from_rewards`).
         beta2: stage-2 KL temperature, a finite float > 0 (paper default 1e-3).
@@ -55,7 +55,7 @@ def apo_loss(
     Raises:
         ValueError: on any shape mismatch, or if ``beta2`` is not a finite number > 0.
     """
-    logp = require_ndim("logp", logp, 2, "(B, T)")
+    logp = require_ndim("logp", logp, 2, "(B, L)")
     ref_logp = require_same_shape("ref_logp", ref_logp, "logp", logp)
     mask = require_same_shape("mask", mask, "logp", logp).bool()
     batch = logp.shape[0]
@@ -63,8 +63,8 @@ def apo_loss(
     v_star = require_batch_vector("v_star", v_star, batch)
     beta2 = require_positive_finite("beta2", beta2)
 
-    lp = masked(logp, mask)  # (B, T), 0 off the generated tokens
-    ref = masked(ref_logp.detach(), mask)  # (B, T)
+    lp = masked(logp, mask)  # (B, L), 0 off the generated tokens
+    ref = masked(ref_logp.detach(), mask)  # (B, L)
     log_ratio = (lp - ref).sum(dim=-1)  # (B,)  Σ_t log π/π_ref over generated tokens
     advantage = reward.detach().float() - v_star.detach().float()  # (B,)  r − V*
     residual = beta2 * log_ratio - advantage  # (B,)

@@ -55,9 +55,9 @@ def awr_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, reward: Tensor, v_sta
     """The advantage-weighted SFT loss (module docstring).
 
     Args:
-        logp: (B, T) float, log π of the generated tokens (with gradients).
-        ref_logp: (B, T) float, log π_ref of the same tokens.
-        mask: (B, T), non-zero on generated tokens.
+        logp: (B, L) float, log π of the generated tokens (with gradients).
+        ref_logp: (B, L) float, log π_ref of the same tokens.
+        mask: (B, L), non-zero on generated tokens.
         reward: (B,) float. v_star: (B,) float.
 
     Returns:
@@ -67,7 +67,7 @@ def awr_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, reward: Tensor, v_sta
     Raises:
         ValueError: shapes disagree, a bad ``weighting``/``tau``/``max_weight``, or ``kl_coef`` < 0.
     """
-    logp = require_ndim("logp", logp, 2, "(B, T)")
+    logp = require_ndim("logp", logp, 2, "(B, L)")
     ref_logp = require_same_shape("ref_logp", ref_logp, "logp", logp)
     mask = require_same_shape("mask", mask, "logp", logp).bool()
     reward = require_batch_vector("reward", reward, logp.shape[0])
@@ -76,7 +76,7 @@ def awr_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, reward: Tensor, v_sta
         raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
     advantage = reward.detach().float() - v_star.detach().float()  # (B,)
     weights = awr_weights(advantage, weighting, tau, max_weight)  # (B,)
-    lp = masked(logp, mask)  # (B, T)
+    lp = masked(logp, mask)  # (B, L)
     tokens = mask.float().sum(dim=-1)  # (B,)
     ce = -lp.sum(dim=-1) / tokens.clamp(min=1.0)  # (B,) mean token cross-entropy of each trajectory
     weighted_ce = (weights * ce).mean()

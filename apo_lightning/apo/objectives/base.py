@@ -18,18 +18,19 @@ from torch import Tensor
 
 @dataclass
 class PackedBatch:
-    """One training batch, one row per trajectory, generated tokens only (``logprobs.pack_generated``).
+    """One training batch, one row per trajectory, generated tokens only (``logprobs.pack_generated``); L is the
+    largest number of generated tokens of a trajectory in the batch.
 
     Attributes:
-        logp: (B, G) float32, log π(y_t|·) of each generated token under the current policy, with gradients.
-        ref_logp: (B, G) float32, the same under the frozen reference π_ref.
-        old_logp: (B, G) float32, the same under the policy that sampled the trajectory (recorded at rollout; the
+        logp: (B, L) float32, log π(y_t|·) of each generated token under the current policy, with gradients.
+        ref_logp: (B, L) float32, the same under the frozen reference π_ref.
+        old_logp: (B, L) float32, the same under the policy that sampled the trajectory (recorded at rollout; the
             trainer's own, detached, when vLLM sampled).
-        mask: (B, G) float32, 1 on generated tokens, 0 on padding.
+        mask: (B, L) float32, 1 on generated tokens, 0 on padding.
         reward: (B,) float32, the trajectory reward r(x, y) (score or success plus format penalties).
         v_star: (B,) float32, V*(x) of each trajectory's goal (0 when the objective needs no V*).
         group: (B,) int64, the same id for the trajectories of one goal (GRPO's groups).
-        entropy: (B, G) float32, the policy's entropy at each generated position (nats), with gradients; 0 on padding.
+        entropy: (B, L) float32, the policy's entropy at each generated position (nats), with gradients; 0 on padding.
     """
 
     logp: Tensor
@@ -76,18 +77,18 @@ def k3_kl(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:
     ("Approximating KL divergence", 2020, http://joschu.net/blog/kl-approx.html.) Differentiable in ``logp``.
 
     Args:
-        logp, ref_logp: (B, G) float32 per-token log-probabilities.
-        mask: (B, G), non-zero on generated tokens.
+        logp, ref_logp: (B, L) float32 per-token log-probabilities.
+        mask: (B, L), non-zero on generated tokens.
 
     Returns:
-        (B, G) float32.
+        (B, L) float32.
     """
     d = torch.where(mask.bool(), ref_logp.detach().float() - logp.float(), torch.zeros((), device=logp.device))
     return torch.exp(d) - d - 1.0
 
 
 def masked_token_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean of ``values`` (B, G) over the positions where ``mask`` is non-zero (0 when there are none)."""
+    """Mean of ``values`` (B, L) over the positions where ``mask`` is non-zero (0 when there are none)."""
     mask = mask.bool()
     return torch.where(mask, values.float(), 0.0).sum() / mask.sum().clamp(min=1)
 

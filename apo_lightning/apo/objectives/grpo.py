@@ -102,10 +102,10 @@ def grpo_loss(
     update per batch, ``old_logp`` equals ``logp.detach()``, ``ρ = 1`` and nothing is clipped.
 
     Args:
-        logp: (B, T) float32, log-probabilities of the sampled tokens under the current policy (with grad).
-        old_logp: (B, T) float, the same under the policy that sampled them.
-        ref_logp: (B, T) float under the frozen reference, or ``None`` when ``beta_kl == 0`` (then no KL stat).
-        mask: (B, T), non-zero on model-generated tokens.
+        logp: (B, L) float32, log-probabilities of the sampled tokens under the current policy (with grad).
+        old_logp: (B, L) float, the same under the policy that sampled them.
+        ref_logp: (B, L) float under the frozen reference, or ``None`` when ``beta_kl == 0`` (then no KL stat).
+        mask: (B, L), non-zero on model-generated tokens.
         advantages: (B,) float, e.g. from :func:`grpo_advantages`.
         clip_eps: PPO clip range ε, a finite float > 0.
         beta_kl: weight of the KL penalty, >= 0.
@@ -124,7 +124,7 @@ def grpo_loss(
         ValueError: on any shape mismatch, ``clip_eps <= 0``, ``beta_kl < 0``, or ``beta_kl > 0`` without
             ``ref_logp``.
     """
-    logp = require_ndim("logp", logp, 2, "(B, T)")
+    logp = require_ndim("logp", logp, 2, "(B, L)")
     old_logp = require_same_shape("old_logp", old_logp, "logp", logp)
     if ref_logp is not None:
         ref_logp = require_same_shape("ref_logp", ref_logp, "logp", logp)
@@ -137,17 +137,17 @@ def grpo_loss(
     if beta_kl > 0.0 and ref_logp is None:
         raise ValueError("beta_kl > 0 needs ref_logp (the reference policy's per-token log-probabilities)")
 
-    lp = masked(logp, mask)  # (B, T)
-    old = masked(old_logp.detach(), mask)  # (B, T)
+    lp = masked(logp, mask)  # (B, L)
+    old = masked(old_logp.detach(), mask)  # (B, L)
     adv = advantages.detach().float().unsqueeze(-1)  # (B, 1), broadcast over tokens
-    ratio = torch.exp(lp - old)  # (B, T); exactly 1 off-mask
+    ratio = torch.exp(lp - old)  # (B, L); exactly 1 off-mask
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
-    surrogate = -torch.minimum(ratio * adv, clipped * adv)  # (B, T)
+    surrogate = -torch.minimum(ratio * adv, clipped * adv)  # (B, L)
 
     maskf = mask.float()
     n_tokens = maskf.sum(dim=-1)  # (B,)
 
-    def per_rollout_mean(x: Tensor) -> Tensor:  # (B, T) -> (B,), mean over each rollout's generated tokens
+    def per_rollout_mean(x: Tensor) -> Tensor:  # (B, L) -> (B,), mean over each rollout's generated tokens
         return (x * maskf).sum(dim=-1) / n_tokens.clamp(min=1.0)
 
     policy_loss = per_rollout_mean(surrogate).mean()
@@ -156,14 +156,14 @@ def grpo_loss(
     if ref_logp is not None:
         ref = masked(ref_logp.detach(), mask)
         with torch.set_grad_enabled(torch.is_grad_enabled() and beta_kl > 0.0):
-            d = ref - lp  # (B, T) log π_ref/π
-            kl_tok = torch.exp(d) - d - 1.0  # (B, T) k3 ≥ 0, 0 off-mask
+            d = ref - lp  # (B, L) log π_ref/π
+            kl_tok = torch.exp(d) - d - 1.0  # (B, L) k3 ≥ 0, 0 off-mask
         if beta_kl > 0.0:
             loss = loss + beta_kl * per_rollout_mean(kl_tok).mean()
 
     with torch.no_grad():
         total_tokens = maskf.sum().clamp(min=1.0)
-        is_clipped = ((adv > 0) & (ratio > 1.0 + clip_eps)) | ((adv < 0) & (ratio < 1.0 - clip_eps))  # (B, T)
+        is_clipped = ((adv > 0) & (ratio > 1.0 + clip_eps)) | ((adv < 0) & (ratio < 1.0 - clip_eps))  # (B, L)
         stats = {
             "policy_loss": policy_loss.detach(),
             "clip_fraction": (is_clipped.float() * maskf).sum() / total_tokens,

@@ -27,9 +27,9 @@ def kl_pg_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, reward: Tensor, v_s
     """The KL-anchored policy-gradient loss (module docstring).
 
     Args:
-        logp: (B, T) float, log π of the generated tokens (with gradients).
-        ref_logp: (B, T) float, log π_ref of the same tokens.
-        mask: (B, T), non-zero on generated tokens.
+        logp: (B, L) float, log π of the generated tokens (with gradients).
+        ref_logp: (B, L) float, log π_ref of the same tokens.
+        mask: (B, L), non-zero on generated tokens.
         reward: (B,) float, r(x, y).
         v_star: (B,) float, V*(x) of each trajectory's goal.
         beta, kl_coef: ≥ 0. clip: > 0.
@@ -42,7 +42,7 @@ def kl_pg_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, reward: Tensor, v_s
     Raises:
         ValueError: shapes disagree, ``beta``/``kl_coef`` < 0 or ``clip`` ≤ 0.
     """
-    logp = require_ndim("logp", logp, 2, "(B, T)")
+    logp = require_ndim("logp", logp, 2, "(B, L)")
     ref_logp = require_same_shape("ref_logp", ref_logp, "logp", logp)
     mask = require_same_shape("mask", mask, "logp", logp).bool()
     reward = require_batch_vector("reward", reward, logp.shape[0])
@@ -51,15 +51,15 @@ def kl_pg_loss(logp: Tensor, ref_logp: Tensor, mask: Tensor, reward: Tensor, v_s
     if beta < 0 or kl_coef < 0:
         raise ValueError(f"beta and kl_coef must be >= 0, got beta={beta}, kl_coef={kl_coef}")
 
-    lp = masked(logp, mask)  # (B, T)
-    ref = masked(ref_logp.detach(), mask)  # (B, T)
+    lp = masked(logp, mask)  # (B, L)
+    ref = masked(ref_logp.detach(), mask)  # (B, L)
     tokens = mask.float().sum(dim=-1)  # (B,)
     seq_mean_logp = lp.sum(dim=-1) / tokens.clamp(min=1.0)  # (B,) ℓ_b, length-normalised
     log_ratio = (lp.detach() - ref).sum(dim=-1)  # (B,) log π/π_ref of the whole trajectory
     raw = reward.detach().float() - beta * log_ratio - v_star.detach().float()  # (B,) r + β log(π_ref/π) − V*
     advantage = raw.clamp(-clip, clip)
     policy_loss = -(advantage * seq_mean_logp).mean()
-    kl_tok = k3_kl(lp, ref, mask)  # (B, T), 0 off-mask
+    kl_tok = k3_kl(lp, ref, mask)  # (B, L), 0 off-mask
     kl = kl_tok.sum() / tokens.sum().clamp(min=1.0)  # mean over the batch's generated tokens
     loss = policy_loss + kl_coef * kl
     with torch.no_grad():
