@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from apo_lightning.lit.cli import explain_parse_error, main
+from apo_lightning.lit.cli import main
+from apo_lightning.lit.errors import explain_parse_error
 from apo_lightning.lit.settings import check_policy
 from apo_lightning.models.tiny import TinyPolicySpec
 
@@ -185,7 +186,7 @@ def test_resuming_a_finished_run_continues_it_without_checkpoint_twins(finished_
 def test_a_folder_two_checkpoint_callbacks_share_is_listed_once():
     from jsonargparse import Namespace
 
-    from apo_lightning.lit.cli import describe_outputs
+    from apo_lightning.lit.outputs import describe_outputs
 
     def checkpoint(**settings):
         return Namespace(class_path="lightning.pytorch.callbacks.ModelCheckpoint",

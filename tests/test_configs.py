@@ -14,7 +14,8 @@ import torch
 import yaml
 
 from apo_lightning.lit.callbacks import LowCPUMemory
-from apo_lightning.lit.cli import APOLightningCLI, build_cli, native_bf16_on_cpu
+from apo_lightning.lit.cli import APOLightningCLI, build_cli
+from apo_lightning.lit.precision import native_bf16_on_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -22,7 +23,7 @@ CONFIGS = REPO / "configs"
 #: the model configs, each meant to be composed with one of the machine overlays
 MODEL_CONFIGS = ["smollm2.yaml", "sft_smollm2.yaml", "qwen2.5_0.5b.yaml"]
 MACHINES = {
-    # precision auto: what this CPU trains in (lit.cli.auto_precision)
+    # precision auto: what this CPU trains in (lit.precision.auto_precision)
     "cpu.yaml": {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "num_threads": 1, "low_cpu_memory": False,
                  "precision": "bf16-mixed" if native_bf16_on_cpu() else "32-true"},
     "gpu.yaml": {"accelerator": "gpu", "devices": "auto", "strategy": "ddp", "precision": "bf16-mixed"},

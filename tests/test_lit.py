@@ -119,7 +119,7 @@ def test_bf16_on_a_cpu_without_bfloat16_instructions_warns(monkeypatch, caplog):
     extra = ["--trainer.devices=1", "--trainer.strategy=auto"]
     for native, precision, warns in [(False, "bf16-mixed", True), (True, "bf16-mixed", False),
                                      (False, "32-true", False)]:
-        monkeypatch.setattr("apo_lightning.lit.cli.native_bf16_on_cpu", lambda native=native: native)
+        monkeypatch.setattr("apo_lightning.lit.precision.native_bf16_on_cpu", lambda native=native: native)
         caplog.clear()
         with caplog.at_level("WARNING", logger="apo_lightning.lit.cli"):
             parse(quickstart, extra=[*extra, f"--trainer.precision={precision}"])
@@ -221,11 +221,20 @@ def test_print_config_shows_the_objectives_settings_with_their_docs(capsys, obje
     assert all(setting in printed for setting in settings) and doc in printed
 
 
-def test_a_wrong_choice_fails_at_parse_time():
-    for bad in ("--model.objective=PPO", "--data.reward.kind=won", "--data.env.observation_mode=html",
-                "--model.dtype=float64"):
-        with pytest.raises(SystemExit):
-            parse(SMOKE, extra=[bad])
+@pytest.mark.parametrize("bad, allowed", [
+    ("--model.objective=PPO", "expected one of APO, AWR, GRPO, KLPG or a full class path"),
+    ("--data.reward.kind=won", "expected one of 'score', 'success'"),
+    ("--data.env.observation_mode=html", "expected one of 'text', 'text_rich'"),
+    ("--model.dtype=float64", "expected one of 'float32', 'bfloat16', 'float16'")])
+def test_a_wrong_choice_fails_at_parse_time(capsys, bad, allowed):
+    """The choice is checked: the one-line error names the setting, the value and the choices (a setting that does
+    not exist would fail too, but with "not a setting of")."""
+    with pytest.raises(SystemExit) as exit_info:
+        parse(SMOKE, extra=[bad])
+    setting, value = bad.removeprefix("--").split("=")
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert exit_info.value.code == 2 and error.startswith(f"error: {setting}: ") and value in error, error
+    assert allowed in error, error
 
 
 # ------------------------------------------------------------------------------------------------ fit / test
@@ -941,7 +950,7 @@ def _save_checkpoint(path, step, best):
 
 
 def test_ckpt_path_best_is_the_best_recorded_by_the_newest_checkpoint(tmp_path):
-    from apo_lightning.lit.cli import best_checkpoint
+    from apo_lightning.lit.outputs import best_checkpoint
     first, second = tmp_path / "best-step=15.ckpt", tmp_path / "best-step=30.ckpt"
     _save_checkpoint(first, 15, first)
     _save_checkpoint(tmp_path / "step=20.ckpt", 20, first)  # written before the second validation
@@ -957,7 +966,7 @@ def test_ckpt_path_best_is_the_best_recorded_by_the_newest_checkpoint(tmp_path):
 
 
 def test_ckpt_path_best_without_a_monitor_or_a_record_says_so(tmp_path):
-    from apo_lightning.lit.cli import best_checkpoint
+    from apo_lightning.lit.outputs import best_checkpoint
     config = _checkpoint_config(tmp_path)
     with pytest.raises(FileNotFoundError, match="records a best one"):
         best_checkpoint(config)

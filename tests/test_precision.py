@@ -1,4 +1,4 @@
-"""``trainer.precision: auto`` (``lit.cli.auto_precision``): what it resolves to on each accelerator, that it parses
+"""``trainer.precision: auto`` (``lit.precision.auto_precision``): what it resolves to on each accelerator, that it parses
 from a config file and from the command line and reaches the Trainer resolved, that the run's ``config.yaml``
 records the resolved value and a resume from it works, and that a mistyped precision is still one line."""
 
@@ -9,7 +9,9 @@ import pytest
 import torch
 import yaml
 
-from apo_lightning.lit.cli import SaveConfigAndManifest, auto_precision, build_cli, main
+from apo_lightning.lit.cli import build_cli, main
+from apo_lightning.lit.outputs import SaveConfigAndManifest
+from apo_lightning.lit.precision import auto_precision
 from apo_lightning.lit.settings import SettingError
 
 SMOKE = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
@@ -30,7 +32,7 @@ def machine(monkeypatch):
 
     def set_machine(cuda: bool, native_bf16: bool) -> None:
         monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-        monkeypatch.setattr("apo_lightning.lit.cli.native_bf16_on_cpu", lambda: native_bf16)
+        monkeypatch.setattr("apo_lightning.lit.precision.native_bf16_on_cpu", lambda: native_bf16)
 
     return set_machine
 
