@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -137,7 +138,6 @@ def test_the_two_hour_overlay_is_the_measured_run():
     assert (data.rollout.valid_clicks, data.reward.kind) == (True, "success")
     assert (data.vstar.beta1, data.vstar.reuse, data.vstar.num_samples, data.vstar.temperature) == (100.0, 8, 4, 0.5)
     assert (data.train_goals, data.steps_per_epoch, data.val_goals, data.rollout.temperature) == (1024, 25, 200, 0.5)
-    assert data.vstar.goal_filter == "all"  # every training goal, not only those with a successful stage-1 sample
     assert model.hparams.learning_rate == 1e-4 and model.hparams.model_name_or_path == "models/webshop-1k-ref"
     timer = next(c for c in trainer.callbacks if isinstance(c, Timer))
     assert trainer.max_steps == 1000 and timer.time_remaining("train") == 102 * 60  # stage 2's 1 h 42 min
@@ -673,7 +673,9 @@ def test_valid_clicks_reach_the_stage_1_and_the_evaluation_engines(built_engine,
 
     data = WebShopRLDataModule(env=EnvConfig(data_dir=None, max_steps=3), train_goals=4,
                                rollout=RolloutSettings(max_new_tokens=8, valid_clicks=valid_clicks))
-    data._policy = lambda: (None, None)
+    data.trainer = SimpleNamespace(lightning_module=SimpleNamespace(rollout_policy=lambda: (None, None)),
+                                   precision_plugin=SimpleNamespace(forward_context=nullcontext), global_rank=0,
+                                   world_size=1, global_step=0)
     for build in (lambda: data.stage1.sample_rewards(None, None, data.pool(), "stage1"),
                   lambda: data.eval_batch([0])):
         with pytest.raises(Built) as built:
@@ -682,6 +684,7 @@ def test_valid_clicks_reach_the_stage_1_and_the_evaluation_engines(built_engine,
 
 
 def test_a_setting_out_of_range_is_named_with_its_value():
+    from apo_lightning.apo.objectives import GRPO
     from apo_lightning.lit.stage1 import VStarConfig
     from apo_lightning.rollout.settings import RolloutSettings
 
@@ -693,14 +696,12 @@ def test_a_setting_out_of_range_is_named_with_its_value():
                               (dict(vstar=VStarConfig(beta1=0.0)), "vstar.beta1 must be > 0, got 0"),
                               (dict(rollout=RolloutSettings(temperature=0.0)),
                                "rollout.temperature must be > 0, got 0"),
-                              (dict(needs_v_star=False, vstar=VStarConfig(reuse=3)),
-                               f"vstar.reuse must be 0 {no_v_star}, got 3"),
-                              (dict(needs_v_star=False, vstar=VStarConfig(goal_filter="nonzero")),
-                               f"vstar.goal_filter must be 'all' {no_v_star}, got 'nonzero'")):
+                              (dict(objective=GRPO(), vstar=VStarConfig(reuse=3)),
+                               f"vstar.reuse must be 0 {no_v_star}, got 3")):
         with pytest.raises(ValueError) as raised:
             WebShopRLDataModule(**settings)
         assert str(raised.value) == message
-    assert WebShopRLDataModule(needs_v_star=False).needs_v_star is False  # the defaults are in range
+    assert WebShopRLDataModule(objective=GRPO()).needs_v_star is False  # the defaults are in range
 
 
 def test_fewer_evaluation_goals_than_processes_are_refused_by_name():
@@ -759,8 +760,8 @@ def test_stage1_samples_are_reused_as_regression_rows_with_their_v_star(workdir,
         fresh = batch["fresh"]
         assert fresh == 2 and len(batch["reward"]) == fresh + 3 and batch["packed"] == fresh + 3
         for goal, reward, v_star in zip(batch["goal"][fresh:], batch["reward"][fresh:], batch["v_star"][fresh:]):
-            assert goal in pool and any(reward == pytest.approx(r) for r in table.rewards[str(goal)])
-            assert v_star == pytest.approx(table.v_star[str(goal)])
+            assert goal in pool and any(reward == pytest.approx(r) for r in table.rewards[goal])
+            assert v_star == pytest.approx(table.v_star[goal])
         assert len(set(batch["group"])) == len(batch["group"])  # one goal per fresh row here, each reused row alone
     assert first.rows[0]["goal"][2:] != first.rows[1]["goal"][2:] or first.rows[0]["reward"][2:] != \
         first.rows[1]["reward"][2:]  # drawn afresh for each batch

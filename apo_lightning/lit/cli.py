@@ -21,7 +21,6 @@ under ``data/models/``); the model summary is off unless ``--trainer.enable_mode
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import sys
@@ -35,7 +34,6 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from transformers.utils import logging as transformers_logging
 
-from ..apo.objectives import Objective
 from ..rollout.vllm_backend import VLLMSettings, check_model
 from .callbacks import LowCPUMemory
 from .errors import setting_errors
@@ -59,23 +57,11 @@ def run_seed(seed_everything) -> int:
     return seed_everything
 
 
-def objective_of(objective) -> Objective:
-    """The objective a module config names: its parsed ``class_path`` and ``init_args``, built (or an objective)."""
-    if isinstance(objective, Objective):
-        return objective
-    module, _, name = objective.class_path.rpartition(".")
-    init_args = objective.get("init_args")
-    return getattr(importlib.import_module(module), name)(**(vars(init_args) if init_args else {}))
-
-
-def needs_v_star(objective) -> bool:
-    """Whether the configured objective needs stage 1 (``Objective.needs_v_star``), for the data module."""
-    return objective_of(objective).needs_v_star
-
-
-def rollouts_per_goal(objective) -> int:
-    """How many trajectories the configured objective samples per goal (``Objective.rollouts_per_goal``)."""
-    return objective_of(objective).rollouts_per_goal
+def module_objective(model):
+    """The objective the RL module built, for its data module: one object, built once and asked (whether stage 1
+    runs, how many rollouts a goal gets); None for a module without one (SFT, whose data module has no such
+    setting)."""
+    return getattr(model, "objective", None)
 
 
 class APOLightningCLI(LightningCLI):
@@ -97,9 +83,8 @@ class APOLightningCLI(LightningCLI):
                                  "data/models/<run> wherever the config leaves them unset")
         parser.link_arguments("model.init_args.model_name_or_path", "data.init_args.model_name_or_path")
         parser.link_arguments("seed_everything", "data.init_args.seed", compute_fn=run_seed)
-        parser.link_arguments("model.init_args.objective", "data.init_args.needs_v_star", compute_fn=needs_v_star)
-        parser.link_arguments("model.init_args.objective", "data.init_args.rollouts_per_goal",
-                              compute_fn=rollouts_per_goal)
+        parser.link_arguments("model", "data.init_args.objective", compute_fn=module_objective,
+                              apply_on="instantiate")
         parser.link_arguments("data.init_args.drills.steps", "model.init_args.constant_steps")
 
     def _parse_ckpt_path(self) -> None:

@@ -1,8 +1,8 @@
 """The RL data module: goals, splits and the batches of fresh trajectories.
 
 The data path is one-way: the data module owns the goals, V* (``stage1``), the sampler (``sampler.Sampler``, built
-once and handed the module's policy once) and batch assembly. Whether the objective needs V* and how many rollouts a
-goal gets reach it as linked arguments (``lit.cli``).
+once and handed the module's policy once) and batch assembly. The module's objective, built once, reaches it as a
+linked argument (``lit.cli``), which it asks whether stage 1 runs and how many rollouts a goal gets.
 
 A training step, read top to bottom: ``train_batch`` (this file: goals, ``Sampler.training_trajectories``, reused
 stage-1 rows, ``Stage1.v_star``, ``Sampler.collate`` into a :class:`TrainingBatch`), then
@@ -31,6 +31,7 @@ from typing import TypedDict
 
 import torch
 
+from ..apo.objectives import APO, Objective
 from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
 from ..rollout.settings import RolloutSettings, check_settings
@@ -97,10 +98,9 @@ class WebShopRLDataModule(WebShopDataModule):
             For smoke tests; a real run starts from an SFT-warm-started reference.
         seed: the run seed (linked from ``seed_everything``): goal order, rollout sampling and stage-1 sampling
             derive theirs from it, per rank and purpose. Separate from the catalog seed ``env.seed``.
-        needs_v_star: whether stage 1 runs and the training batches carry each row's V* (linked from the module's
-            objective; false: ``v_star`` is 0).
-        rollouts_per_goal: trajectories per goal in a training batch (linked from the module's objective: 1 for
-            A*-PO, G for GRPO).
+        objective: the module's objective, as the module built it (linked): whether stage 1 runs and the batches
+            carry each row's V* (``needs_v_star``; without, ``v_star`` is 0) and how many trajectories a goal gets
+            in a training batch (``rollouts_per_goal``: 1 for A*-PO, G for GRPO).
         batch_size: goals per training batch per process.
         train_goals: use the first N training goals (0 = all); stage 1 runs on exactly these.
         train_goal_indices: train on exactly these goals instead (indices into the catalog's goals, each in the
@@ -118,20 +118,19 @@ class WebShopRLDataModule(WebShopDataModule):
 
     Raises:
         ValueError: a setting out of range, named as its config key (``batch_size must be >= 1, got 0``), or
-            ``vstar.reuse`` set while ``needs_v_star`` is false.
+            ``vstar.reuse`` set while the objective needs no V*.
     """
 
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
                  reward: RewardSettings = RewardSettings(), model_name_or_path: str = "data/models/tiny-sft",
                  tiny: TinyPolicySpec | None = None, seed: int = 0,
-                 needs_v_star: bool = True, rollouts_per_goal: int = 1, batch_size: int = 16, train_goals: int = 0,
+                 objective: Objective = APO(), batch_size: int = 16, train_goals: int = 0,
                  train_goal_indices: list[int] | None = None, steps_per_epoch: int = 50, val_goals: int = 64,
                  train_eval_goals: int = 0, test_goals: int = 0, eval_batch_size: int = 32,
                  rollout: RolloutSettings = RolloutSettings(), vstar: VStarConfig = VStarConfig()):
         super().__init__()
         check_settings("", [("batch_size", batch_size, batch_size >= 1, ">= 1"),
                             ("steps_per_epoch", steps_per_epoch, steps_per_epoch >= 1, ">= 1"),
-                            ("rollouts_per_goal", rollouts_per_goal, rollouts_per_goal >= 1, ">= 1"),
                             ("eval_batch_size", eval_batch_size, eval_batch_size >= 1, ">= 1"),
                             ("train_goals", train_goals, train_goals >= 0, ">= 0 (0 = all)"),
                             ("val_goals", val_goals, val_goals >= 0, ">= 0 (0 = all)"),
@@ -139,7 +138,7 @@ class WebShopRLDataModule(WebShopDataModule):
                             ("test_goals", test_goals, test_goals >= 0, ">= 0 (0 = all)")])
         rollout.check("rollout.")
         vstar.check("vstar.")
-        if not needs_v_star:  # stage-1 settings that would otherwise be ignored
+        if not objective.needs_v_star:  # stage-1 settings that would otherwise be ignored
             check_settings("vstar.", [(name, value, value == off, f"{off!r} when needs_v_star is false (no stage 1)")
                                       for name, value, off in (("reuse", vstar.reuse, 0),)])
         self.env = env
@@ -148,8 +147,8 @@ class WebShopRLDataModule(WebShopDataModule):
         self.model_name_or_path = model_name_or_path
         self.tiny = tiny
         self.seed = seed
-        self.needs_v_star = needs_v_star
-        self.rollouts_per_goal = rollouts_per_goal
+        self.needs_v_star = objective.needs_v_star
+        self.rollouts_per_goal = objective.rollouts_per_goal
         self.batch_size = batch_size
         self.train_goals = train_goals
         self.train_goal_indices = list(train_goal_indices) if train_goal_indices else None
