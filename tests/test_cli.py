@@ -84,6 +84,14 @@ def test_a_parse_error_leads_with_the_setting_the_value_and_what_is_allowed(capf
                                                "one of APO, AWR, GRPO, KLPG or a full class path (did you mean GRPO?)"]
 
 
+def test_a_prefix_of_an_option_is_refused_not_taken_for_the_option(capfd):
+    """argparse takes ``--trainer.max_step`` for ``--trainer.max_steps`` unless told not to: a typo must never
+    become a setting (here it would have trained)."""
+    for typo, meant in (("--trainer.max_step", "--trainer.max_steps"), ("--seed_everythin", "--seed_everything")):
+        status, printed = run_main(["fit", "--config", SMOKE, typo, "1"], capfd)
+        assert status == 2 and errors(printed) == [f"error: unrecognized arguments: {typo} 1 (did you mean {meant}?)"]
+
+
 def test_explain_parse_error_drops_the_union_boilerplate():
     message = ('Parser key "data":\n  Does not validate against any of the Union subtypes\n  Subtypes: [A, None]\n'
                "  Errors:\n    - Problem with given class_path 'x.Data':\n        Parser key \"batch_size\":\n"

@@ -1,6 +1,5 @@
 """``evaluate --processes``: the same episodes as one process, and no worker outlives a killed command."""
 
-import json
 import os
 import signal
 import subprocess

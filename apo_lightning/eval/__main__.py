@@ -147,10 +147,10 @@ def compare_command(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m apo_lightning.eval", description=__doc__,
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m apo_lightning.eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    ev = sub.add_parser("evaluate", help="evaluate a policy on a split")
+    ev = sub.add_parser("evaluate", allow_abbrev=False, help="evaluate a policy on a split")
     ev.add_argument("--model", required=True,
                     help="model directory, hub id, 'smollm2-135m-instruct', or a scripted policy: "
                          f"{', '.join(SCRIPTED)}")
@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> dict:
     ev.add_argument("--method-name", default=None, help="the method's name in the results (default: --model)")
     ev.add_argument("--save-outcomes", default=None, help="also write each goal's greedy success, score and turns, "
                                                           "with the settings that reproduce them, to this JSON file")
-    cmp = sub.add_parser("compare", help="compare two results directories on the same goals (B against A)")
+    cmp = sub.add_parser("compare", allow_abbrev=False,
+                         help="compare two results directories on the same goals (B against A)")
     cmp.add_argument("a", help="results directory (or episodes.jsonl) of policy A, the baseline")
     cmp.add_argument("b", help="results directory (or episodes.jsonl) of policy B")
     cmp.add_argument("--method-a", default=None, help="which method of A's file (when it holds several)")
@@ -204,8 +205,9 @@ def main(argv: list[str] | None = None) -> dict:
     cmp.add_argument("--common-goals", action="store_true",
                      help="compare on the goals both cover (e.g. a 1,024-goal run against the first 1,024 of a "
                           "2,048-goal one) instead of refusing different goal sets")
-    ask = sub.add_parser("ask", help="play a policy greedily on an instruction you type; print each turn and the "
-                                     "purchase")
+    ask = sub.add_parser("ask", allow_abbrev=False,
+                         help="play a policy greedily on an instruction you type; print each turn and the "
+                              "purchase")
     ask.add_argument("instruction", help="what to buy, in your words (quote it)")
     ask.add_argument("--model", required=True, help="model directory, hub id or 'smollm2-135m-instruct'")
     ask.add_argument("--gguf-file", default=None)

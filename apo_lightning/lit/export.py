@@ -54,7 +54,7 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, like: str, dt
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m apo_lightning.lit.export", description=__doc__,
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m apo_lightning.lit.export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint")
     parser.add_argument("out_dir")

@@ -18,7 +18,12 @@ from .precision import PRECISION_SETTING
 class APOArgumentParser(LightningArgumentParser):
     """Lightning's parser whose errors lead with the problem (:func:`~lit.errors.explain_parse_error`) and a pointer
     to the help, instead of 50 lines of usage first; whose help is the settings list that ``settings_help_of``
-    asks for; and whose ``trainer.precision`` also takes ``auto``."""
+    asks for; whose ``trainer.precision`` also takes ``auto``; and which never takes a prefix of an option for the
+    option (argparse's ``allow_abbrev``): ``--trainer.max_step 1`` is refused, not read as ``--trainer.max_steps``."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def add_class_arguments(self, class_type, nested_key=None, *args, skip=None, **kwargs) -> list[str]:
         """jsonargparse's, except that a Trainer's ``precision`` is :data:`~lit.precision.PRECISION_SETTING`,

@@ -83,16 +83,17 @@ def download_command(args: argparse.Namespace) -> list[dl.Outcome]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m apo_lightning.webshop", description=__doc__,
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m apo_lightning.webshop", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p_play = sub.add_parser("play", help="type actions and see observations and rewards")
+    p_play = sub.add_parser("play", allow_abbrev=False, help="type actions and see observations and rewards")
     _common(p_play)
     p_play.add_argument("--goal-index", type=int, default=0)
-    p_serve = sub.add_parser("serve", help="shop in a browser on localhost; record sessions, replay episodes")
+    p_serve = sub.add_parser("serve", allow_abbrev=False,
+                             help="shop in a browser on localhost; record sessions, replay episodes")
     _common(p_serve)
     serve.add_arguments(p_serve)
-    p_download = sub.add_parser("download", help="fetch and verify the WebShop 1k data files")
+    p_download = sub.add_parser("download", allow_abbrev=False, help="fetch and verify the WebShop 1k data files")
     p_download.add_argument("--dest", default=str(DEFAULT_DATA_DIR),
                             help=f"data directory to install the files into (default {DEFAULT_DATA_DIR})")
     p_download.add_argument("--url", action="append", default=[], metavar="MIRROR",

@@ -711,7 +711,7 @@ def ensure_catalog(out_dir: str | Path, seed: int = 0, num_products: int = 600) 
 
 def main(argv: list[str] | None = None) -> Path:
     """Command line: ``python -m apo_lightning.webshop.synthetic --out DIR [--seed S] [--num-products N]``."""
-    parser = argparse.ArgumentParser(prog=f"python -m {GENERATOR}",
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog=f"python -m {GENERATOR}",
                                      description="Generate the deterministic synthetic WebShop catalog.")
     parser.add_argument("--out", required=True, help="destination folder, e.g. data/synthetic/seed0")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
