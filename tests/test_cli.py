@@ -84,7 +84,7 @@ def test_a_parse_error_leads_with_the_setting_the_value_and_what_is_allowed(capf
                                                "one of APO, AWR, GRPO, KLPG or a full class path (did you mean GRPO?)"]
 
 
-def test_a_prefix_of_an_option_is_refused_not_taken_for_the_option(capfd):
+def test_a_prefix_of_an_option_is_refused_not_taken_for_the_option(fresh_cwd, capfd):
     """argparse takes ``--trainer.max_step`` for ``--trainer.max_steps`` unless told not to: a typo must never
     become a setting (here it would have trained)."""
     for typo, meant in (("--trainer.max_step", "--trainer.max_steps"), ("--seed_everythin", "--seed_everything")):
