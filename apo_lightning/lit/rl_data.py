@@ -163,6 +163,7 @@ class WebShopRLDataModule(WebShopDataModule):
         self._vllm: VLLMBackend | None = None
         self.sampler: Sampler | None = None  # built on first use (_sampler)
         self.goal_pool: list[int] = []
+        self.shard: list[int] = []  # this process's share of the pool (setup)
         self.stream: StepStream | None = None
 
     # ------------------------------------------------------------------------------------------------ goals
@@ -198,11 +199,12 @@ class WebShopRLDataModule(WebShopDataModule):
         if len(pool) < self.world_size:
             raise ValueError(f"{len(pool)} training goals cannot be shared by {self.world_size} processes")
         self.goal_pool = pool
+        self.shard = pool[self.rank::self.world_size]
 
     def goals_for_batch(self, batch_number: int) -> list[int]:
         """This rank's goals for training batch ``batch_number``: its shard of the pool, reshuffled every pass with
         a seed derived from the run seed."""
-        shard = self.goal_pool[self.rank::self.world_size]
+        shard = self.shard
         start = batch_number * self.batch_size
         goals = []
         for position in range(start, start + self.batch_size):
@@ -217,7 +219,7 @@ class WebShopRLDataModule(WebShopDataModule):
         """The run's sampler: built, and handed the module's policy (``rollout_policy()``) and the Trainer's precision
         context, on first use."""
         if self.sampler is None:
-            self.sampler = Sampler(self.env, self.chat, self.reward, self.rollout, self.seed, self.backend())
+            self.sampler = Sampler(self.env, self.chat, self.reward, self.rollout, self.seed, self.rank, self.backend())
             policy, tokenizer = self.trainer.lightning_module.rollout_policy()
             self.sampler.attach(policy, tokenizer, self.trainer.precision_plugin.forward_context)
         return self.sampler
@@ -257,8 +259,8 @@ class WebShopRLDataModule(WebShopDataModule):
         goals = self.goals_for_batch(batch_number)
         sampler = self._sampler()
         trajectories, seconds = sampler.training_trajectories([g for g in goals for _ in range(self.rollouts_per_goal)],
-                                                              self.rank, batch_number, self.trainer.global_step)
-        reused = self.stage1.reused(self.goal_pool[self.rank::self.world_size], self.rank, batch_number)
+                                                              batch_number, self.trainer.global_step)
+        reused = self.stage1.reused(self.shard, sampler.rank, batch_number)
         rows = [t.goal_index for t in trajectories + reused]
         return TrainingBatch(
             **sampler.collate(trajectories + reused),

@@ -3,8 +3,8 @@
 Built once per run (``WebShopRLDataModule.sampler``), it holds the env, the prompt format, the reward, the rollout
 settings, the run seed and, with ``rollout.backend: vllm``, the process's vLLM server. The LightningModule hands it
 its policy once (:meth:`Sampler.attach`); the policy object stays the same while its parameters train, so every
-rollout samples the parameters of the moment. Seeds are pure functions of (run seed, purpose, rank, batch number),
-so a resumed run samples the same batches.
+rollout samples the parameters of the moment. Seeds are pure functions of (run seed, purpose, this process's rank,
+batch number), so a resumed run samples the same batches.
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ class Sampler:
     Args:
         env, chat, reward, rollout: the run's env, prompt format, reward and rollout settings.
         seed: the run seed.
+        rank: this process's rank (every rank samples with seeds of its own).
         backend: with ``rollout.backend`` "vllm", this process's server (synced to the policy before each rollout);
             None for the "hf" decoder.
     """
 
     def __init__(self, env: EnvConfig, chat: ChatFormat, reward: RewardSettings, rollout: RolloutSettings, seed: int,
-                 backend: VLLMBackend | None = None):
-        self.env, self.chat, self.reward, self.rollout, self.seed = env, chat, reward, rollout, seed
+                 rank: int, backend: VLLMBackend | None = None):
+        self.env, self.chat, self.reward, self.rollout, self.seed, self.rank = env, chat, reward, rollout, seed, rank
         self.backend = backend
         self.policy: torch.nn.Module | None = None
         self.tokenizer = None
@@ -54,22 +55,21 @@ class Sampler:
         self._greedy = self.rollout.engine(policy, tokenizer, self.chat, self.reward, greedy=True,
                                            backend=self.backend)
 
-    def training_trajectories(self, goals: list[int], rank: int, batch_number: int, step: int
-                              ) -> tuple[list[Trajectory], float]:
+    def training_trajectories(self, goals: list[int], batch_number: int, step: int) -> tuple[list[Trajectory], float]:
         """One sampled trajectory per entry of ``goals`` (repeat a goal for several), in order, and the seconds
         they took. With the env's ``vary_wording`` each episode shows its goal's instruction drawn afresh.
 
         Args:
             goals: the goals, one per trajectory.
-            rank: this process's rank (seeds).
             batch_number: the training batch (seeds).
             step: the optimizer step the policy is at (the vLLM server's weight version).
         """
         self._sync(step)
         start = time.perf_counter()
         with self._context():
-            envs = self.env.training_envs(goals, seed=derive_seed(self.seed, "wording", rank, batch_number))
-            trajectories = self._sampling.rollout(envs, goals, seed=derive_seed(self.seed, "rollout", rank, batch_number))
+            envs = self.env.training_envs(goals, seed=derive_seed(self.seed, "wording", self.rank, batch_number))
+            trajectories = self._sampling.rollout(envs, goals,
+                                                  seed=derive_seed(self.seed, "rollout", self.rank, batch_number))
         return trajectories, time.perf_counter() - start
 
     def greedy_trajectories(self, goals: list[int], step: int) -> list[Trajectory]:
