@@ -689,17 +689,17 @@ def test_a_setting_out_of_range_is_named_with_its_value():
     from apo_lightning.rollout.settings import RolloutSettings
 
     no_v_star = "when needs_v_star is false (no stage 1)"
-    for settings, message in ((dict(batch_size=0), "batch_size must be >= 1, got 0"),
-                              (dict(steps_per_epoch=0), "steps_per_epoch must be >= 1, got 0"),
-                              (dict(val_goals=-1), "val_goals must be >= 0 (0 = all), got -1"),
-                              (dict(vstar=VStarConfig(num_samples=0)), "vstar.num_samples must be >= 1, got 0"),
-                              (dict(vstar=VStarConfig(beta1=0.0)), "vstar.beta1 must be > 0, got 0"),
-                              (dict(rollout=RolloutSettings(temperature=0.0)),
-                               "rollout.temperature must be > 0, got 0"),
-                              (dict(objective=GRPO(), vstar=VStarConfig(reuse=3)),
-                               f"vstar.reuse must be 0 {no_v_star}, got 3")):
+    # each setting class checks itself when built (utils.settings.check_settings), the data module its own
+    for build, message in ((lambda: WebShopRLDataModule(batch_size=0), "batch_size must be >= 1, got 0"),
+                           (lambda: WebShopRLDataModule(steps_per_epoch=0), "steps_per_epoch must be >= 1, got 0"),
+                           (lambda: WebShopRLDataModule(val_goals=-1), "val_goals must be >= 0 (0 = all), got -1"),
+                           (lambda: VStarConfig(num_samples=0), "vstar.num_samples must be >= 1, got 0"),
+                           (lambda: VStarConfig(beta1=0.0), "vstar.beta1 must be > 0, got 0"),
+                           (lambda: RolloutSettings(temperature=0.0), "rollout.temperature must be > 0, got 0"),
+                           (lambda: WebShopRLDataModule(objective=GRPO(), vstar=VStarConfig(reuse=3)),
+                            f"vstar.reuse must be 0 {no_v_star}, got 3")):
         with pytest.raises(ValueError) as raised:
-            WebShopRLDataModule(**settings)
+            build()
         assert str(raised.value) == message
     assert WebShopRLDataModule(objective=GRPO()).needs_v_star is False  # the defaults are in range
 

@@ -553,12 +553,12 @@ def test_rollout_settings_build_their_engine_and_name_a_setting_out_of_range(mod
     assert not engine.greedy and engine.click_constraint is not None
     assert settings.engine(model, tokenizer, ChatFormat(), greedy=True).greedy
     assert RolloutSettings().engine(model, tokenizer, ChatFormat()).click_constraint is None
-    RolloutSettings().check("rollout.")  # the defaults are in range
+    RolloutSettings()  # the defaults are in range
     for bad, message in ((dict(temperature=0.0), "rollout.temperature must be > 0, got 0"),
                          (dict(top_p=1.5), "rollout.top_p must be in (0, 1], got 1.5"),
                          (dict(max_new_tokens=0), "rollout.max_new_tokens must be >= 1, got 0")):
         with pytest.raises(ValueError) as raised:
-            RolloutSettings(**bad).check("rollout.")
+            RolloutSettings(**bad)
         assert str(raised.value) == message
 
 

@@ -25,6 +25,7 @@ from ..rollout.engine import RolloutEngine
 from ..utils.files import atomic_write
 from ..utils.hashing import cache_key, hash_files
 from ..utils.seeds import derive_seed
+from ..utils.settings import check_settings
 from ..webshop.sessions import read_sessions
 from .settings import EnvConfig
 
@@ -54,10 +55,8 @@ class DemoNoise:
     copies: int = 1
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.probability <= 1.0:
-            raise ValueError(f"demo_noise.probability must be in [0, 1], got {self.probability}")
-        if self.copies < 1:
-            raise ValueError(f"demo_noise.copies must be >= 1, got {self.copies}")
+        check_settings("demo_noise.", [("probability", self.probability, 0.0 <= self.probability <= 1.0, "in [0, 1]"),
+                                       ("copies", self.copies, self.copies >= 1, ">= 1")])
 
 
 class _NoModel:

@@ -34,10 +34,11 @@ import torch
 from ..apo.objectives import APO, Objective
 from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
-from ..rollout.settings import RolloutSettings, check_settings
+from ..rollout.settings import RolloutSettings
 from ..rollout.trajectory import Trajectory
 from ..rollout.vllm_backend import VLLMBackend
 from ..utils.seeds import derive_seed
+from ..utils.settings import check_settings
 from ..webshop.settings import EnvConfig, RewardSettings
 from .sampler import Sampler
 from .settings import SettingError, WebShopDataModule, ensure_policy
@@ -136,8 +137,6 @@ class WebShopRLDataModule(WebShopDataModule):
                             ("val_goals", val_goals, val_goals >= 0, ">= 0 (0 = all)"),
                             ("train_eval_goals", train_eval_goals, train_eval_goals >= 0, ">= 0 (0 = off)"),
                             ("test_goals", test_goals, test_goals >= 0, ">= 0 (0 = all)")])
-        rollout.check("rollout.")
-        vstar.check("vstar.")
         if not objective.needs_v_star:  # stage-1 settings that would otherwise be ignored
             check_settings("vstar.", [(name, value, value == off, f"{off!r} when needs_v_star is false (no stage 1)")
                                       for name, value, off in (("reuse", vstar.reuse, 0),)])

@@ -38,6 +38,7 @@ from ..rollout.chat import ChatFormat
 from ..rollout.collate import pad_batch
 from ..rollout.engine import RolloutEngine
 from ..utils.seeds import derive_seed
+from ..utils.settings import check_settings
 from ..webshop.settings import EnvConfig
 from .demos import DemoNoise, demonstration_cache, load_demonstrations
 from .settings import WebShopDataModule, ensure_policy
@@ -74,16 +75,13 @@ class DrillSettings:
     swap_values: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("steps", "held_out_goals", "checks_per_kind"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"drills.{name} must be >= 0, got {getattr(self, name)}")
-        if self.batch_size < 1:
-            raise ValueError(f"drills.batch_size must be >= 1, got {self.batch_size}")
         unknown = set(self.kinds or ()) - set(DRILL_PAGES)
-        if unknown or self.kinds == []:
-            raise ValueError(f"drills.kinds must be a non-empty list of {DRILL_PAGES}, got {self.kinds}")
-        if not 0.0 <= self.swap_values <= 1.0:
-            raise ValueError(f"drills.swap_values must be in [0, 1], got {self.swap_values}")
+        check_settings("drills.", [*((name, getattr(self, name), getattr(self, name) >= 0, ">= 0")
+                                     for name in ("steps", "held_out_goals", "checks_per_kind")),
+                                   ("batch_size", self.batch_size, self.batch_size >= 1, ">= 1"),
+                                   ("kinds", self.kinds, not unknown and self.kinds != [],
+                                    f"a non-empty list of {DRILL_PAGES}"),
+                                   ("swap_values", self.swap_values, 0.0 <= self.swap_values <= 1.0, "in [0, 1]")])
 
 
 class SFTDataModule(WebShopDataModule):
@@ -123,12 +121,10 @@ class SFTDataModule(WebShopDataModule):
                  max_new_tokens: int = 64, demo_noise: DemoNoise = DemoNoise(), cache_dir: str = "data/sft",
                  recorded_demos: str | None = None):
         super().__init__()
-        for name, value, least in (("num_demos", num_demos, 0), ("demo_epochs", demo_epochs, 0),
-                                   ("num_val_demos", num_val_demos, 0), ("batch_size", batch_size, 1),
-                                   ("val_goals", val_goals, 0), ("eval_batch_size", eval_batch_size, 1),
-                                   ("max_new_tokens", max_new_tokens, 1)):
-            if value < least:
-                raise ValueError(f"{name} must be >= {least}, got {value}")
+        least = (("num_demos", num_demos, 0), ("demo_epochs", demo_epochs, 0), ("num_val_demos", num_val_demos, 0),
+                 ("batch_size", batch_size, 1), ("val_goals", val_goals, 0), ("eval_batch_size", eval_batch_size, 1),
+                 ("max_new_tokens", max_new_tokens, 1))
+        check_settings("", [(name, value, value >= bound, f">= {bound}") for name, value, bound in least])
         self.env = env
         self.chat = chat
         self.model_name_or_path = model_name_or_path

@@ -31,9 +31,10 @@ from ..apo.vstar import VStarCache, VStarTable
 from ..eval.metrics import sample_statistics
 from ..rollout.chat import ChatFormat
 from ..rollout.engine import rollout_goals
-from ..rollout.settings import RolloutSettings, check_settings
+from ..rollout.settings import RolloutSettings
 from ..rollout.trajectory import Trajectory, regression_record, regression_trajectory
 from ..utils.seeds import derive_seed
+from ..utils.settings import check_settings
 from ..webshop.settings import EnvConfig, RewardSettings
 
 log = logging.getLogger(__name__)
@@ -66,13 +67,13 @@ class VStarConfig:
     reuse: int = 0
     cache_dir: str = "data/vstar"
 
-    def check(self, prefix: str = "") -> None:
-        """Raise ValueError naming the first setting out of range, as ``{prefix}{setting}``."""
-        check_settings(prefix, [("num_samples", self.num_samples, self.num_samples >= 1, ">= 1"),
-                                ("beta1", self.beta1, self.beta1 > 0, "> 0"),
-                                ("temperature", self.temperature, self.temperature > 0, "> 0"),
-                                ("batch_size", self.batch_size, self.batch_size >= 1, ">= 1"),
-                                ("reuse", self.reuse, self.reuse >= 0, ">= 0")])
+    def __post_init__(self) -> None:
+        """Raise ValueError naming the first setting out of range, as ``vstar.<setting>`` (``check_settings``)."""
+        check_settings("vstar.", [("num_samples", self.num_samples, self.num_samples >= 1, ">= 1"),
+                                  ("beta1", self.beta1, self.beta1 > 0, "> 0"),
+                                  ("temperature", self.temperature, self.temperature > 0, "> 0"),
+                                  ("batch_size", self.batch_size, self.batch_size >= 1, ">= 1"),
+                                  ("reuse", self.reuse, self.reuse >= 0, ">= 0")])
 
 
 class Stage1:

@@ -27,6 +27,7 @@ from transformers import (
 )
 
 from ..utils.files import atomic_directory, read_json
+from ..utils.settings import check_settings
 from .hub import missing_model_files
 
 # ChatML special tokens, in Qwen2's order (so <|endoftext|> gets id 0, <|im_start|> 1, <|im_end|> 2).
@@ -95,13 +96,14 @@ class TinyPolicySpec:
     corpus_goals: int = 300
 
     def __post_init__(self) -> None:
-        if self.hidden_size % self.num_heads != 0:
-            raise ValueError(f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}")
-        if self.num_heads % self.num_kv_heads != 0:
-            raise ValueError(f"num_heads={self.num_heads} is not divisible by num_kv_heads={self.num_kv_heads}")
-        if self.vocab_size < 256 + len(SPECIAL_TOKENS):
-            raise ValueError(f"vocab_size={self.vocab_size} is too small: the byte alphabet and special tokens need "
-                             f"{256 + len(SPECIAL_TOKENS)}")
+        least_vocab = 256 + len(SPECIAL_TOKENS)  # the byte alphabet and the special tokens
+        check_settings("tiny.", [
+            ("hidden_size", self.hidden_size, self.hidden_size % self.num_heads == 0,
+             f"divisible by num_heads ({self.num_heads})"),
+            ("num_heads", self.num_heads, self.num_heads % self.num_kv_heads == 0,
+             f"divisible by num_kv_heads ({self.num_kv_heads})"),
+            ("vocab_size", self.vocab_size, self.vocab_size >= least_vocab,
+             f">= {least_vocab} (the byte alphabet and the special tokens)")])
 
 
 def train_tiny_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int) -> PreTrainedTokenizerFast:

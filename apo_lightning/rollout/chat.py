@@ -12,6 +12,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
+from ..utils.settings import check_settings
+
 DEFAULT_SYSTEM_PROMPT = "You are a shopping agent. You browse an online shop to buy the product a customer asks for."
 DEFAULT_TASK_PROMPT = (
     "Buy the product that best matches this instruction.\n"
@@ -143,15 +145,13 @@ class ChatFormat:
     repeat_pages: RepeatPages = "short"
 
     def __post_init__(self) -> None:
-        """Raise ValueError for a setting out of range, named as its key under a data module (``chat.<setting>``)."""
-        if self.repeat_pages not in get_args(RepeatPages):
-            raise ValueError(f"chat.repeat_pages must be one of {get_args(RepeatPages)}, got {self.repeat_pages!r}")
-        if self.max_observation_chars < 0:
-            raise ValueError(f"chat.max_observation_chars must be >= 0 (0 = no cut), got {self.max_observation_chars}")
-        if self.context_budget < 64:
-            raise ValueError(f"chat.context_budget must be >= 64 (tokens), got {self.context_budget}")
-        if not 0 < self.rebuild_fill <= 1:
-            raise ValueError(f"chat.rebuild_fill must be in (0, 1] (a share of context_budget), got {self.rebuild_fill}")
+        """Raise ValueError naming the first setting out of range, as ``chat.<setting>`` (``check_settings``)."""
+        check_settings("chat.", [
+            ("repeat_pages", self.repeat_pages, self.repeat_pages in get_args(RepeatPages),
+             f"one of {get_args(RepeatPages)}"),
+            ("max_observation_chars", self.max_observation_chars, self.max_observation_chars >= 0, ">= 0 (0 = no cut)"),
+            ("context_budget", self.context_budget, self.context_budget >= 64, ">= 64 (tokens)"),
+            ("rebuild_fill", self.rebuild_fill, 0 < self.rebuild_fill <= 1, "in (0, 1] (a share of context_budget)")])
 
     def key_parts(self) -> dict[str, Any]:
         """Every setting, for cache keys (stage-1 V* tables, demonstrations)."""

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, get_args
+from typing import Literal, get_args
 
+from ..utils.settings import check_settings
 from ..webshop.settings import RewardSettings
 from .chat import ChatFormat
 from .engine import RolloutEngine
 from .vllm_backend import VLLMBackend, VLLMSettings
 
 Backend = Literal["hf", "vllm"]
-
-
-def check_settings(prefix: str, rules: Iterable[tuple[str, Any, bool, str]]) -> None:
-    """Raise a ValueError for the first rule ``(setting, value, ok, allowed)`` whose ``ok`` is False, as
-    ``"{prefix}{setting} must be {allowed}, got {value}"`` (e.g. ``rollout.temperature must be > 0, got 0``)."""
-    for name, value, ok, allowed in rules:
-        if not ok:
-            shown = f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else value
-            raise ValueError(f"{prefix}{name} must be {allowed}, got {shown}")
 
 
 @dataclass
@@ -51,15 +43,13 @@ class RolloutSettings:
     backend: Backend = "hf"
     vllm: VLLMSettings = field(default_factory=VLLMSettings)
 
-    def check(self, prefix: str = "") -> None:
-        """Raise ValueError naming the first setting out of range, as ``{prefix}{setting}``."""
-        check_settings(prefix, [("temperature", self.temperature, self.temperature > 0, "> 0"),
-                                ("top_p", self.top_p, 0 < self.top_p <= 1, "in (0, 1]"),
-                                ("max_new_tokens", self.max_new_tokens, self.max_new_tokens >= 1, ">= 1"),
-                                ("backend", self.backend, self.backend in get_args(Backend),
-                                 f"one of {get_args(Backend)}")])
-        if self.backend == "vllm":
-            self.vllm.check(f"{prefix}vllm.")
+    def __post_init__(self) -> None:
+        """Raise ValueError naming the first setting out of range, as ``rollout.<setting>`` (``check_settings``)."""
+        check_settings("rollout.", [("temperature", self.temperature, self.temperature > 0, "> 0"),
+                                    ("top_p", self.top_p, 0 < self.top_p <= 1, "in (0, 1]"),
+                                    ("max_new_tokens", self.max_new_tokens, self.max_new_tokens >= 1, ">= 1"),
+                                    ("backend", self.backend, self.backend in get_args(Backend),
+                                     f"one of {get_args(Backend)}")])
 
     def engine(self, model, tokenizer, chat: ChatFormat, reward: RewardSettings | None = None, greedy: bool = False,
                backend: VLLMBackend | None = None) -> RolloutEngine:

@@ -36,6 +36,7 @@ from multiprocessing.connection import Client
 from pathlib import Path
 
 from ..models.hub import ADAPTER_CONFIG, adapter_base
+from ..utils.settings import check_settings
 
 log = logging.getLogger(__name__)
 
@@ -86,19 +87,18 @@ class VLLMSettings:
         """The interpreter that runs the server (see ``python``)."""
         return self.python or os.environ.get("APO_VLLM_PYTHON") or DEFAULT_PYTHON
 
-    def check(self, prefix: str = "") -> None:
-        """Raise :class:`VLLMSetupError` for a value out of range, as ``{prefix}{setting}``."""
-        rules = [("dtype", self.dtype, self.dtype in ("bfloat16", "float32", "float16"),
-                  "'bfloat16', 'float32' or 'float16'"),
-                 ("max_model_len", self.max_model_len, self.max_model_len >= 64, ">= 64"),
-                 ("max_lora_rank", self.max_lora_rank, self.max_lora_rank >= 1, ">= 1"),
-                 ("kv_cache_gb", self.kv_cache_gb, self.kv_cache_gb > 0, "> 0"),
-                 ("gpu_memory_utilization", self.gpu_memory_utilization, 0 < self.gpu_memory_utilization <= 1,
-                  "in (0, 1]"),
-                 ("threads", self.threads, self.threads >= 1, ">= 1")]
-        for name, value, ok, allowed in rules:
-            if not ok:
-                raise VLLMSetupError(f"{prefix}{name} must be {allowed}, got {value!r}")
+    def __post_init__(self) -> None:
+        """Raise :class:`VLLMSetupError` naming the first setting out of range, as ``rollout.vllm.<setting>``
+        (``check_settings``)."""
+        check_settings("rollout.vllm.", [
+            ("dtype", self.dtype, self.dtype in ("bfloat16", "float32", "float16"),
+             "'bfloat16', 'float32' or 'float16'"),
+            ("max_model_len", self.max_model_len, self.max_model_len >= 64, ">= 64"),
+            ("max_lora_rank", self.max_lora_rank, self.max_lora_rank >= 1, ">= 1"),
+            ("kv_cache_gb", self.kv_cache_gb, self.kv_cache_gb > 0, "> 0"),
+            ("gpu_memory_utilization", self.gpu_memory_utilization, 0 < self.gpu_memory_utilization <= 1,
+             "in (0, 1]"),
+            ("threads", self.threads, self.threads >= 1, ">= 1")], error=VLLMSetupError)
 
 
 def served_base(model_name_or_path: str) -> str:
@@ -128,11 +128,10 @@ def check_model(model_name_or_path: str, lora_rank: int, settings: VLLMSettings,
         head_size: the attention head size of a model not built yet (its ``config.json`` gives it otherwise).
 
     Raises:
-        VLLMSetupError: the interpreter is missing or cannot import vllm, the model's head size is one vLLM's CPU attention cannot run,
-            the LoRA rank is above ``max_lora_rank``, or ``max_model_len`` is below the context budget; each message
-            leads with the setting and its value.
+        VLLMSetupError: the interpreter is missing or cannot import vllm, the model's head size is one vLLM's CPU
+            attention cannot run, the LoRA rank is above ``max_lora_rank``, or ``max_model_len`` is below the context
+            budget; each message leads with the setting and its value.
     """
-    settings.check(f"{prefix}vllm.")
     if context_budget > settings.max_model_len:
         raise VLLMSetupError(f"{prefix}vllm.max_model_len {settings.max_model_len} is below {budget_setting} "
                              f"{context_budget}: raise it to at least {context_budget}")

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Literal, get_args
 
 from ..utils.seeds import derive_seed
+from ..utils.settings import check_settings
 from .datadir import resolve_data_dir
 from .env import WebShopEnv
 from .shop import WebShop
@@ -42,8 +43,8 @@ class RewardSettings:
     format_penalty: float = -0.1
 
     def __post_init__(self) -> None:
-        if self.kind not in get_args(RewardKind):
-            raise ValueError(f"reward.kind must be one of {get_args(RewardKind)}, got {self.kind!r}")
+        check_settings("reward.", [("kind", self.kind, self.kind in get_args(RewardKind),
+                                    f"one of {get_args(RewardKind)}")])
 
     def __call__(self, score: float, format_errors: int) -> float:
         """r(x, y): the episode's score or success (``kind``) plus ``format_penalty`` per reply without an action.
@@ -101,9 +102,8 @@ class EnvConfig:
     original_share: float = 0.25
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.original_share <= 1.0:
-            raise ValueError(f"env.original_share must be in [0, 1] (the share of training episodes in the "
-                             f"generator's words), got {self.original_share:g}")
+        check_settings("env.", [("original_share", self.original_share, 0.0 <= self.original_share <= 1.0,
+                                  "in [0, 1] (the share of training episodes in the generator's words)")])
 
     def resolved_data_dir(self, announce: bool = True) -> str | None:
         """The data folder the rule chooses (None: the synthetic catalog); with ``announce``, says where it came from

@@ -6,6 +6,7 @@ github.com/ZhaolinGao/A-PO, ``verl/trainer/apo/core_algos.py::compute_policy_los
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -13,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ..checks import masked, require_batch_vector, require_ndim, require_positive_finite, require_same_shape
+from ...utils.settings import check_settings
 from .base import Objective, PackedBatch
 
 
@@ -99,7 +101,8 @@ class APO(Objective):
     beta2: float = 1e-3
 
     def __post_init__(self) -> None:
-        require_positive_finite("beta2", self.beta2)
+        check_settings("", [("beta2", self.beta2, math.isfinite(self.beta2) and self.beta2 > 0,
+                             "a finite number > 0")])
 
     def loss(self, batch: PackedBatch) -> tuple[Tensor, dict[str, Tensor]]:
         """:func:`apo_loss` on the batch; ``stats`` adds ``v_star_mean``."""

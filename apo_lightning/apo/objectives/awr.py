@@ -15,6 +15,7 @@ imitated less.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -22,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ..checks import masked, require_batch_vector, require_ndim, require_positive_finite, require_same_shape
+from ...utils.settings import check_settings
 from .base import Objective, PackedBatch, k3_kl
 
 NORM_CLIP, WEIGHT_MIN, WEIGHT_MAX, EPS = 3.0, 0.1, 5.0, 1e-8
@@ -112,12 +114,10 @@ class AWR(Objective):
     kl_coef: float = 0.01
 
     def __post_init__(self) -> None:
-        if self.weighting not in ("linear", "exp"):
-            raise ValueError(f"weighting must be 'linear' or 'exp', got {self.weighting!r}")
-        require_positive_finite("tau", self.tau)
-        require_positive_finite("max_weight", self.max_weight)
-        if self.kl_coef < 0:
-            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+        check_settings("", [("weighting", self.weighting, self.weighting in ("linear", "exp"), "'linear' or 'exp'"),
+                            *((name, value, math.isfinite(value) and value > 0, "a finite number > 0")
+                              for name, value in (("tau", self.tau), ("max_weight", self.max_weight))),
+                            ("kl_coef", self.kl_coef, self.kl_coef >= 0, ">= 0")])
 
     def loss(self, batch: PackedBatch) -> tuple[Tensor, dict[str, Tensor]]:
         """:func:`awr_loss` on the batch."""

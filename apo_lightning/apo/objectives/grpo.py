@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from ..checks import masked, require_batch_vector, require_ndim, require_positive_finite, require_same_shape
+from ...utils.settings import check_settings
 from .base import Objective, PackedBatch
 
 
@@ -197,11 +198,12 @@ class GRPO(Objective):
     beta_kl: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (GRPO compares the rollouts of a goal), got {self.group_size}")
-        require_positive_finite("clip_eps", self.clip_eps)
-        if not (math.isfinite(self.beta_kl) and self.beta_kl >= 0.0):
-            raise ValueError(f"beta_kl must be a finite number >= 0, got {self.beta_kl!r}")
+        check_settings("", [("group_size", self.group_size, self.group_size >= 2,
+                             ">= 2 (GRPO compares the rollouts of a goal)"),
+                            ("clip_eps", self.clip_eps, math.isfinite(self.clip_eps) and self.clip_eps > 0,
+                             "a finite number > 0"),
+                            ("beta_kl", self.beta_kl, math.isfinite(self.beta_kl) and self.beta_kl >= 0,
+                             "a finite number >= 0")])
 
     @property
     def rollouts_per_goal(self) -> int:

@@ -12,6 +12,7 @@ project trained it with the gradient norm clipped at 0.5 (``configs/objective/kl
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -19,6 +20,7 @@ import torch
 from torch import Tensor
 
 from ..checks import masked, require_batch_vector, require_ndim, require_positive_finite, require_same_shape
+from ...utils.settings import check_settings
 from .base import Objective, PackedBatch, k3_kl
 
 
@@ -91,10 +93,9 @@ class KLPG(Objective):
     clip: float = 5.0
 
     def __post_init__(self) -> None:
-        for setting in ("beta", "kl_coef"):
-            if getattr(self, setting) < 0:
-                raise ValueError(f"{setting} must be >= 0, got {getattr(self, setting)}")
-        require_positive_finite("clip", self.clip)
+        check_settings("", [("beta", self.beta, self.beta >= 0, ">= 0"),
+                            ("kl_coef", self.kl_coef, self.kl_coef >= 0, ">= 0"),
+                            ("clip", self.clip, math.isfinite(self.clip) and self.clip > 0, "a finite number > 0")])
 
     def loss(self, batch: PackedBatch) -> tuple[Tensor, dict[str, Tensor]]:
         """:func:`kl_pg_loss` on the batch."""
