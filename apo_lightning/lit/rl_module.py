@@ -92,9 +92,6 @@ class WebShopRLModule(CheckedResume, LightningModule):
             activations of a batch's segments fall from every layer's per token to one hidden state per layer, for
             about one more forward pass per step; the same loss and gradients. Rollouts (which run the policy in
             eval mode) and π_ref's log-probs (no gradients) are unchanged.
-
-    Raises:
-        ValueError: a negative ``lora.rank``.
     """
 
     #: a resume must have this objective, these reference weights and these LoRA settings (``CheckedResume``)
@@ -107,8 +104,6 @@ class WebShopRLModule(CheckedResume, LightningModule):
                  text_every: int = 25, results_dir: str | None = None, method_name: str | None = None,
                  gradient_checkpointing: bool = False):
         super().__init__()
-        if lora.rank < 0:
-            raise ValueError(f"lora.rank must be >= 0, got {lora.rank}")
         self.save_hyperparameters()
         self.objective = objective
         self.lora_config = lora

@@ -22,6 +22,7 @@ from transformers import get_wsd_schedule
 from ..apo.logprobs import generated_nll
 from ..models.loading import export_policy
 from ..models.lora import LoraSettings
+from ..utils.settings import check_settings
 from .rl_module import DType
 from .settings import CheckedResume, load_start
 
@@ -68,14 +69,10 @@ class SFTModule(CheckedResume, LightningModule):
                  dtype: DType = "float32", export_dtype: DType | None = None, lora: LoraSettings = LoraSettings(),
                  gradient_checkpointing: bool = False):
         super().__init__()
-        if learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
-        for name, value in (("weight_decay", weight_decay), ("warmup_steps", warmup_steps),
-                            ("constant_steps", constant_steps)):
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
-        if lora.rank < 0:
-            raise ValueError(f"lora.rank must be >= 0, got {lora.rank}")
+        check_settings("", [("learning_rate", learning_rate, learning_rate > 0, "> 0"),
+                            *((name, value, value >= 0, ">= 0") for name, value in
+                              (("weight_decay", weight_decay), ("warmup_steps", warmup_steps),
+                               ("constant_steps", constant_steps)))])
         self.save_hyperparameters()
         self.lora_config = lora
         self.policy = None

@@ -29,6 +29,7 @@ from typing import Iterator, NamedTuple
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..utils.hashing import hash_state_dict
+from ..utils.settings import check_settings
 from .hub import ADAPTER_CONFIG, adapter_base
 from .loading import load_policy
 
@@ -44,7 +45,7 @@ class LoraSettings:
     ``adapter_config.json``), and ``dropout`` is that of the trained copy.
 
     Args:
-        rank: adapter rank r.
+        rank: adapter rank r (>= 0; 0 = full fine-tuning).
         alpha: scaling α.
         dropout: adapter dropout.
         target_modules: module names to adapt.
@@ -54,6 +55,9 @@ class LoraSettings:
     alpha: int = 16
     dropout: float = 0.0
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+    def __post_init__(self) -> None:
+        check_settings("lora.", [("rank", self.rank, self.rank >= 0, ">= 0")])
 
 
 class LoraMismatch(ValueError):
