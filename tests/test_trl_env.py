@@ -248,8 +248,8 @@ def test_trl_sft_teaches_the_tool_call_format_and_grpo_samples_the_taught_policy
     # AVX512-BF16 or AMX. SFT: 200 oracle episodes, two passes of one per step, cut at 1,800 tokens (the search call
     # and the product click after the ~1,000-token prompt, whose tool schemas alone take ~800): the format is the
     # same at every turn, and the cut keeps it within a few CPU minutes. Loss on the assistant turns only (TRL's
-    # training template marks them). One pass is not enough: after 200 steps about 1 in 16 sampled replies (T 0.5)
-    # is a parseable tool call, so a GRPO batch of 8 often holds none; after 400, about 3 in 4.
+    # training template marks them). Two passes, because after one a GRPO batch of 8 often holds no tool call TRL can
+    # parse (docs/experiments.md, "The environment in TRL and verifiers": scripts/trl_sft_format.py).
     sft_rows = oracle_sft_rows(WebShopToolEnv(split="train"), goal_rows("train", limit=200))
     sft = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=sft_dataset(sft_rows),
                      args=SFTConfig(output_dir=str(tmp_path / "sft"), max_steps=400, per_device_train_batch_size=1,

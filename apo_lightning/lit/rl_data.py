@@ -50,7 +50,7 @@ __all__ = ["TrainingBatch", "VStarConfig", "WebShopRLDataModule"]
 
 class TrainingBatch(TypedDict):
     """One training batch of this process: B trajectories (the R fresh ones of the current policy, then any reused
-    stage-1 ones) in S segments (S = B with full history), right-padded to T tokens.
+    stage-1 ones) in S ≥ B segments (``collate_trajectories``), right-padded to T tokens.
 
     Keys:
         input_ids, attention_mask: (S, T) int64.
@@ -240,7 +240,7 @@ class WebShopRLDataModule(WebShopDataModule):
 
     def run_stage1(self) -> None:
         """Stage 1 (with ``needs_v_star``, once per process): the V* table of the goal pool, sampled with the
-        module's π_ref (``reference_policy``; float32 whatever the Trainer's precision: no autocast here) or found
+        module's π_ref (``reference_policy``, in its own dtype: outside the Trainer's autocast) or found
         in the cache, and its sample statistics logged as ``stage1/*`` at the current step."""
         if not self.needs_v_star or self.stage1.table is not None:
             return

@@ -40,7 +40,7 @@ def collate_trajectories(trajectories: Sequence[Trajectory], pad_id: int) -> dic
         ``input_ids (S, T) int64``, ``attention_mask (S, T) int64``, ``gen_mask (S, T) float32`` (1 on sampled
         tokens), ``old_logp (S, T) float32`` (log π at sampling time, 0 elsewhere), ``traj_index (S,) int64``
         (which trajectory each segment belongs to), and per trajectory ``reward (B,)``, ``score (B,)``,
-        ``success (B,)`` float32 and ``goal_index (B,)`` int64. S = B with full history (one segment each).
+        ``success (B,)`` float32 and ``goal_index (B,)`` int64. S ≥ B: a trajectory has one segment, and one more each time its context outgrew ``chat.context_budget``.
     """
     segments = [(i, s) for i, t in enumerate(trajectories) for s in t.segments]
     batch = pad_batch([{"input_ids": s.token_ids, "gen_mask": s.gen_mask, "old_logp": s.old_logp} for _, s in segments],
