@@ -113,7 +113,7 @@ def test_a_value_a_class_refuses_is_one_line_naming_the_setting(fresh_cwd, capfd
 
 # ------------------------------------------------------------------------------------------------ the policy path
 def test_a_missing_policy_path_is_refused_and_never_created(fresh_cwd, tmp_path, capfd):
-    """The smoke config builds a fresh tiny policy (``data.tiny``), but only into ``data/models/``: anywhere else a
+    """The smoke config builds a fresh tiny policy (``model.tiny``), but only into ``data/models/``: anywhere else a
     missing path is a mistake, not a request for an untrained policy."""
     missing = tmp_path / "nonexistent"
     status, printed = run_main(["fit", "--config", SMOKE, "--model.model_name_or_path", str(missing)], capfd)
@@ -129,7 +129,7 @@ def test_check_policy_builds_a_tiny_policy_only_under_data_models(fresh_cwd):
         with pytest.raises(FileNotFoundError, match="builds a fresh .* only into a new folder under data/models"):
             check_policy(path, tiny)
     with pytest.raises(FileNotFoundError, match="data/models/new-tiny does not exist: train it first"):
-        check_policy("data/models/new-tiny", None)  # without data.tiny nothing is built anywhere
+        check_policy("data/models/new-tiny", None)  # without model.tiny nothing is built anywhere
     (fresh_cwd / "models" / "ref").mkdir(parents=True)
     check_policy("models/ref", None)
     with pytest.raises(FileNotFoundError, match="models/rfe does not exist"):

@@ -175,12 +175,12 @@ def test_the_stage0_overlay_is_the_measured_sft_pass():
     sft = str(REPO / "configs" / "sft_tiny_cpu.yaml")
     extra = ["--trainer.devices=1", "--trainer.strategy=auto"]
     overlay = parse(*base_of(REPO / "configs" / "sft_webshop_1k_stage0.yaml"), extra=extra)
-    measured = parse(sft, extra=[*extra, "--model.model_name_or_path=models/webshop-1k-ref", "--data.tiny=null",
+    measured = parse(sft, extra=[*extra, "--model.model_name_or_path=models/webshop-1k-ref", "--model.tiny=null",
                                  "--model.export_dir=data/models/webshop-1k-more", "--model.learning_rate=5e-4",
                                  "--data.drills.steps=0", "--data.demo_epochs=1"])
-    assert overlay.model.hparams.learning_rate == 5e-4 and overlay.datamodule.tiny is None
+    assert overlay.model.hparams.learning_rate == 5e-4 and overlay.model.tiny is None
     assert dict(overlay.model.hparams) == dict(measured.model.hparams)
-    for name in ("model_name_or_path", "tiny", "drills", "demo_epochs", "num_demos", "batch_size", "seed"):
+    for name in ("model_name_or_path", "drills", "demo_epochs", "num_demos", "batch_size", "seed"):
         assert getattr(overlay.datamodule, name) == getattr(measured.datamodule, name), name
 
 
@@ -799,9 +799,9 @@ def test_non_finite_loss_skips_the_step(workdir, monkeypatch):
 #: ``configs/sft_quickstart.yaml`` on one process, with a very small tiny policy and a short course.
 SFT_CONFIG = str(REPO / "configs" / "sft_quickstart.yaml")
 SFT_SMOKE = ["--trainer.callbacks=[]", "--trainer.devices=1", "--trainer.strategy=auto",
-             "--model.model_name_or_path=data/models/sft-smoke-init", "--data.tiny.vocab_size=512",
-             "--data.tiny.hidden_size=32", "--data.tiny.num_layers=2", "--data.tiny.num_heads=2",
-             "--data.tiny.num_kv_heads=1", "--data.tiny.intermediate_size=64", "--data.tiny.corpus_goals=10",
+             "--model.model_name_or_path=data/models/sft-smoke-init", "--model.tiny.vocab_size=512",
+             "--model.tiny.hidden_size=32", "--model.tiny.num_layers=2", "--model.tiny.num_heads=2",
+             "--model.tiny.num_kv_heads=1", "--model.tiny.intermediate_size=64", "--model.tiny.corpus_goals=10",
              "--data.drills.batch_size=4", "--data.num_demos=6", "--data.num_val_demos=2", "--data.demo_epochs=1",
              "--data.batch_size=2", "--data.max_new_tokens=8", "--data.env.max_steps=10", "--model.learning_rate=0.01",
              "--model.warmup_steps=1", "--trainer.log_every_n_steps=1"]

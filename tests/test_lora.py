@@ -37,15 +37,15 @@ BASE = "data/models/lora-base"  # the tiny policy (untrained) the SFT adapter ap
 SFT_ADAPTER = "data/models/lora-sft"
 #: configs/sft_quickstart.yaml on one process with the smoke test's tiny policy and a six-step course
 SFT_RUN = [*NO_CHECKPOINTS, "--trainer.devices=1", "--trainer.strategy=auto", f"--model.model_name_or_path={BASE}",
-           "--data.tiny.vocab_size=512", "--data.tiny.hidden_size=32", "--data.tiny.num_layers=2",
-           "--data.tiny.num_heads=2", "--data.tiny.num_kv_heads=1", "--data.tiny.intermediate_size=64",
-           "--data.tiny.corpus_goals=10", "--data.drills.steps=4", "--data.drills.batch_size=4",
+           "--model.tiny.vocab_size=512", "--model.tiny.hidden_size=32", "--model.tiny.num_layers=2",
+           "--model.tiny.num_heads=2", "--model.tiny.num_kv_heads=1", "--model.tiny.intermediate_size=64",
+           "--model.tiny.corpus_goals=10", "--data.drills.steps=4", "--data.drills.batch_size=4",
            "--data.drills.checks_per_kind=0", "--data.num_demos=4", "--data.num_val_demos=2", "--data.demo_epochs=1",
            "--data.batch_size=2", "--data.max_new_tokens=8", "--data.env.max_steps=10", "--data.val_goals=0",
            "--trainer.limit_val_batches=0", "--model.learning_rate=0.01", "--model.warmup_steps=1",
            f"--model.export_dir={SFT_ADAPTER}", "--model.export_dtype=null", *LORA]
 #: A*-PO (configs/smoke.yaml) from the SFT adapter
-RL_RUN = [f"--model.model_name_or_path={SFT_ADAPTER}", "--data.tiny=null", *LORA]
+RL_RUN = [f"--model.model_name_or_path={SFT_ADAPTER}", "--model.tiny=null", *LORA]
 
 
 def fit(*overrides, config=SMOKE, callbacks=(), ckpt_path=None):
@@ -179,7 +179,7 @@ def test_the_tokenizer_of_an_adapter_folder_is_its_own_else_its_bases(sft_run, t
     assert tokenizer_folder(str(bare)) == BASE
     # SFT goes on from such a folder: its data module reads the base's tokenizer, the adapter's copy trains
     snapshot = Snapshot()
-    cli = fit(*SFT_RUN, f"--model.model_name_or_path={bare}", "--data.tiny=null", "--trainer.max_steps=1",
+    cli = fit(*SFT_RUN, f"--model.model_name_or_path={bare}", "--model.tiny=null", "--trainer.max_steps=1",
               "--model.export_dir=null", config=SFT_CONFIG, callbacks=[snapshot])
     assert set(cli.model.policy.peft_config) == {"policy"}
     sft = load_file(Path(SFT_ADAPTER) / "adapter_model.safetensors")

@@ -156,6 +156,19 @@ def test_tokenizer_rejects_bad_input(tmp_path):
 # ------------------------------------------------------------------------------------------------ tiny model
 
 
+def test_the_tiny_spec_refuses_a_shape_it_cannot_build_by_name():
+    """Each out-of-range shape is one message that names the setting (a zero size too, not a division by zero)."""
+    for changes, message in (({"num_heads": 0}, "tiny.num_heads must be >= 1, got 0"),
+                             ({"hidden_size": 0}, "tiny.hidden_size must be >= 1, got 0"),
+                             ({"corpus_goals": -1}, "tiny.corpus_goals must be >= 0, got -1"),
+                             ({"hidden_size": 33, "num_heads": 2}, r"tiny.hidden_size must be divisible by num_heads \(2\), got 33"),
+                             ({"vocab_size": 100}, "tiny.vocab_size must be >= 259")):
+        with pytest.raises(ValueError, match=message):
+            spec(**changes)
+    spec(corpus_goals=0)  # the catalog alone
+
+
+
 def test_tiny_model_config_and_parameter_count(model_dir, tokenizer):
     model, tok = load_policy(str(model_dir))
     config = model.config

@@ -29,9 +29,9 @@ SMOKE = str(REPO / "configs" / "smoke.yaml")
 SFT_CONFIG = str(REPO / "configs" / "sft_quickstart.yaml")
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 #: a very small tiny policy for the SFT fits
-TINY = ["--data.tiny.vocab_size=512", "--data.tiny.hidden_size=32", "--data.tiny.num_layers=2",
-        "--data.tiny.num_heads=2", "--data.tiny.num_kv_heads=1", "--data.tiny.intermediate_size=64",
-        "--data.tiny.corpus_goals=10"]
+TINY = ["--model.tiny.vocab_size=512", "--model.tiny.hidden_size=32", "--model.tiny.num_layers=2",
+        "--model.tiny.num_heads=2", "--model.tiny.num_kv_heads=1", "--model.tiny.intermediate_size=64",
+        "--model.tiny.corpus_goals=10"]
 #: the opening words of each family's openers ("i'm looking for", ...), as in tests/test_wording.py
 OPENERS = {name: [o.split("{")[0].strip().lower() for o in family.openers] for name, family in FAMILIES.items()}
 
@@ -361,7 +361,7 @@ def test_the_reads_configs_are_the_real_data_recipes_with_drawn_words_into_new_f
     assert (reads.datamodule.env.vary_wording, reads.datamodule.env.original_share) == (True, 0.25)
     assert reads.model.hparams.export_dir == "data/models/webshop-1k-reads" != base.model.hparams.export_dir
     assert {**dict(reads.model.hparams), "export_dir": None} == {**dict(base.model.hparams), "export_dir": None}
-    for name in ("model_name_or_path", "tiny", "drills", "num_demos", "demo_epochs", "batch_size", "seed"):
+    for name in ("model_name_or_path", "drills", "num_demos", "demo_epochs", "batch_size", "seed"):
         assert getattr(reads.datamodule, name) == getattr(base.datamodule, name), name
     assert {**reads.datamodule.env.__dict__, "vary_wording": False} == base.datamodule.env.__dict__
     recipe = ("webshop_1k.yaml", "webshop_1k_cpu.yaml", "webshop_1k_2h.yaml")

@@ -19,7 +19,7 @@ from conftest import DDP_SCRIPT, REPO_ROOT, link_smollm2, skip_unless_required
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 #: the smoke policy with head size 64 (128 / 2 heads), which vLLM's CPU attention runs (the smoke's 16 it does not)
-HEAD_64 = ["--data.tiny.hidden_size=128", "--data.tiny.intermediate_size=128",
+HEAD_64 = ["--model.tiny.hidden_size=128", "--model.tiny.intermediate_size=128",
            "--model.model_name_or_path=data/models/tiny-vllm"]
 
 

@@ -5,8 +5,8 @@
     python cli.py test --config configs/quickstart.yaml --ckpt_path last
     python cli.py fit --config configs/quickstart.yaml --print_config
 
-Values two components share are linked, so a config states them once: the policy path (module → data module), the
-run seed (``seed_everything`` → the data module, which derives every sampling seed from it), the objective (module →
+Values two components share are linked, so a config states them once: the policy path (module → SFT data module,
+which tokenizes demonstrations with its tokenizer), the run seed (``seed_everything`` → the data module, which derives every sampling seed from it), the objective (module →
 data module: whether stage 1 runs, how many rollouts a goal gets), and the SFT drill steps (data module → module:
 the learning-rate plateau). ``--run_name`` names a run's outputs in one place (``lit.outputs``).
 
@@ -135,8 +135,9 @@ class APOLightningCLI(LightningCLI):
                 config.trainer.precision, why = auto_precision(config.trainer.get("accelerator"))
                 rank_zero_info(f"trainer.precision auto -> {config.trainer.precision} ({why})")
             data = config.data.init_args if config.get("data") else Namespace()
-            if self.subcommand and data.get("model_name_or_path"):  # parse-only use checks it in prepare_data
-                check_policy(data.model_name_or_path, data.get("tiny"))
+            model = config.model.init_args if config.get("model") else Namespace()
+            if self.subcommand and model.get("model_name_or_path"):  # parse-only use checks it in prepare_data
+                check_policy(model.model_name_or_path, model.get("tiny"))
             if self.subcommand and data.get("rollout") and data.rollout.get("backend") == "vllm":
                 check_vllm(config)
             if self.subcommand in ("validate", "test") and config.get("ckpt_path") == "best":
@@ -184,9 +185,9 @@ def check_vllm(config) -> None:
     lora = model.get("lora")
     rank = int(lora.get("rank", 0)) if lora else 0
     budget = data.chat.get("context_budget", 0) if data.get("chat") else 0
-    tiny = data.get("tiny")
+    tiny = model.get("tiny")
     head_size = tiny.hidden_size // tiny.num_heads if tiny else None
-    check_model(data.model_name_or_path, rank, settings, on_cpu, context_budget=budget or 0, prefix="data.rollout.",
+    check_model(model.model_name_or_path, rank, settings, on_cpu, context_budget=budget or 0, prefix="data.rollout.",
                 budget_setting="data.chat.context_budget", head_size=head_size)
 
 

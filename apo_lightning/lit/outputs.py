@@ -140,9 +140,9 @@ def describe_outputs(config, log_dir: Path) -> str:
     for component in ("model", "data"):
         if config.get(component):
             rows += list(_output_dirs(config[component].get("init_args"), f"{component}."))
-    data = config.data.init_args if config.get("data") else Namespace()
-    if data.get("tiny") is not None and data.get("model_name_or_path"):
-        rows.append(("data.tiny (a fresh tiny policy)", data.model_name_or_path))
+    model = config.model.init_args if config.get("model") else Namespace()
+    if model.get("tiny") is not None and model.get("model_name_or_path"):
+        rows.append(("model.tiny (a fresh tiny policy)", model.model_name_or_path))
     rows = list(dict.fromkeys(rows))  # two ModelCheckpoint callbacks usually share one folder
     width = max(len(label) for label, _ in rows)
     return "This run writes to:\n" + "\n".join(f"  {label:<{width}}  {path}" for label, path in rows)

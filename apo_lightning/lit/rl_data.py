@@ -32,7 +32,6 @@ from typing import TypedDict
 import torch
 
 from ..apo.objectives import APO, Objective
-from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
 from ..rollout.settings import RolloutSettings
 from ..rollout.trajectory import Trajectory
@@ -41,7 +40,7 @@ from ..utils.seeds import derive_seed
 from ..utils.settings import check_settings
 from ..webshop.settings import EnvConfig, RewardSettings
 from .sampler import Sampler
-from .settings import SettingError, WebShopDataModule, ensure_policy
+from .settings import SettingError, WebShopDataModule
 from .stage1 import Stage1, VStarConfig
 from .streams import ChunkStream, StepStream
 
@@ -92,11 +91,6 @@ class WebShopRLDataModule(WebShopDataModule):
         env: WebShop data and episode settings.
         chat: the prompt format.
         reward: what a finished episode earns, r(x, y), in stage 1, training, validation and test alike.
-        model_name_or_path: π_ref, the frozen reference policy (stage 1 samples it), which is also where the
-            policy starts (linked from the module's ``model_name_or_path``).
-        tiny: build a fresh (untrained) tiny policy into ``model_name_or_path`` if it is missing, which must then be
-            a new folder under ``data/models/`` (``settings.check_policy``: any other missing path is an error).
-            For smoke tests; a real run starts from an SFT-warm-started reference.
         seed: the run seed (linked from ``seed_everything``): goal order, rollout sampling and stage-1 sampling
             derive theirs from it, per rank and purpose. Separate from the catalog seed ``env.seed``.
         objective: the module's objective, as the module built it (linked): whether stage 1 runs and the batches
@@ -123,9 +117,7 @@ class WebShopRLDataModule(WebShopDataModule):
     """
 
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
-                 reward: RewardSettings = RewardSettings(), model_name_or_path: str = "data/models/tiny-sft",
-                 tiny: TinyPolicySpec | None = None, seed: int = 0,
-                 objective: Objective = APO(), batch_size: int = 16, train_goals: int = 0,
+                 reward: RewardSettings = RewardSettings(), seed: int = 0, objective: Objective = APO(), batch_size: int = 16, train_goals: int = 0,
                  train_goal_indices: list[int] | None = None, steps_per_epoch: int = 50, val_goals: int = 64,
                  train_eval_goals: int = 0, test_goals: int = 0, eval_batch_size: int = 32,
                  rollout: RolloutSettings = RolloutSettings(), vstar: VStarConfig = VStarConfig()):
@@ -143,8 +135,6 @@ class WebShopRLDataModule(WebShopDataModule):
         self.env = env
         self.chat = chat
         self.reward = reward
-        self.model_name_or_path = model_name_or_path
-        self.tiny = tiny
         self.seed = seed
         self.needs_v_star = objective.needs_v_star
         self.rollouts_per_goal = objective.rollouts_per_goal
@@ -181,10 +171,6 @@ class WebShopRLDataModule(WebShopDataModule):
                                  f"(goal indices {min(goals)}…{max(goals)} of this catalog's split)")
             return list(self.train_goal_indices)
         return goals[: self.train_goals] if self.train_goals else goals
-
-    def prepare_data(self) -> None:
-        """Once per machine: build the (untrained) tiny policy if the config asks for one and it is missing."""
-        ensure_policy(self.model_name_or_path, self.tiny, self.env, self.chat)
 
     def setup(self, stage: str | None = None) -> None:
         """For ``fit``: the goal pool stage 2 trains on.
@@ -229,8 +215,8 @@ class WebShopRLDataModule(WebShopDataModule):
         if self.rollout.backend != "vllm":
             return None
         if self._vllm is None:
-            device = self.trainer.strategy.root_device.type if self.trainer is not None else "cpu"
-            self._vllm = VLLMBackend(self.rollout.vllm, self.model_name_or_path, self.rank, device)
+            start = self.trainer.lightning_module.hparams.model_name_or_path  # π_ref, where the policy starts
+            self._vllm = VLLMBackend(self.rollout.vllm, start, self.rank, self.trainer.strategy.root_device.type)
         return self._vllm
 
     def teardown(self, stage: str | None = None) -> None:

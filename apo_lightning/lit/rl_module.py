@@ -56,10 +56,11 @@ from ..apo.objectives.base import masked_token_mean
 from ..eval.metrics import trajectory_metrics
 from ..eval.report import write_results
 from ..models.lora import REFERENCE_ADAPTER, LoraSettings, adapter_active
+from ..models.tiny import TinyPolicySpec
 from ..rollout.trajectory import Trajectory
 from ..utils.memory import release_free_memory
 from .rl_data import TrainingBatch
-from .settings import CheckedResume, load_start
+from .settings import CheckedResume, ensure_policy, load_start
 
 log = logging.getLogger(__name__)
 DType = Literal["float32", "bfloat16", "float16"]
@@ -72,6 +73,9 @@ class WebShopRLModule(CheckedResume, LightningModule):
     Args:
         model_name_or_path: π_ref, the frozen reference (usually the SFT-warm-started policy: a model directory,
             or an adapter folder over its base); the policy starts as a copy of it (A*-PO's π_0 = π_ref).
+        tiny: build a fresh (untrained) tiny policy into ``model_name_or_path`` if it is missing, which must then be
+            a new folder under ``data/models/`` (``settings.check_policy``: any other missing path is an error).
+            For smoke tests; a real run starts from an SFT-warm-started reference.
         objective: the objective and its settings: ``APO`` (A*-PO, Brantley et al. 2025), ``GRPO`` (Shao et al.
             2024), ``KLPG`` (the seed project's KL-anchored policy gradient) or ``AWR`` (advantage-weighted SFT),
             from ``apo_lightning.apo.objectives`` (module docstring: how a config or the command line sets it).
@@ -98,7 +102,8 @@ class WebShopRLModule(CheckedResume, LightningModule):
     RESUME_CHECKS = {"objective": "objective", "reference": "reference_sha256", "lora": "lora"}
     START_CHECKS = ("reference", "lora")
 
-    def __init__(self, model_name_or_path: str = "data/models/tiny-sft", objective: Objective = APO(),
+    def __init__(self, model_name_or_path: str = "data/models/tiny-sft", tiny: TinyPolicySpec | None = None,
+                 objective: Objective = APO(),
                  learning_rate: float = 1e-4, weight_decay: float = 0.0, warmup_steps: int = 0,
                  lora: LoraSettings = LoraSettings(), dtype: DType = "float32", sample_trajectories: int = 2,
                  text_every: int = 25, results_dir: str | None = None, method_name: str | None = None,
@@ -107,6 +112,7 @@ class WebShopRLModule(CheckedResume, LightningModule):
         self.save_hyperparameters()
         self.objective = objective
         self.lora_config = lora
+        self.tiny = tiny
         self.policy = None
         self.tokenizer = None
         self.reference_sha256: str | None = None  # of π_ref as loaded (configure_model), 16 hex digits
@@ -120,6 +126,12 @@ class WebShopRLModule(CheckedResume, LightningModule):
         self._test_trajectories: list[Trajectory] = []
 
     # ------------------------------------------------------------------------------------------------ models
+    def prepare_data(self) -> None:
+        """Once per machine: build the (untrained) tiny policy if ``tiny`` asks for one and it is missing (its
+        tokenizer learns the data module's catalog and prompt format: ``settings.ensure_policy``)."""
+        data = self.trainer.datamodule
+        ensure_policy(self.hparams.model_name_or_path, self.tiny, data.env, data.chat)
+
     def configure_model(self) -> None:
         """Load the policy and π_ref (the module docstring's cases).
 

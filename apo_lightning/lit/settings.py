@@ -196,7 +196,7 @@ def check_policy(model_name_or_path: str, tiny: TinyPolicySpec | None) -> None:
     root = (Path.cwd() / TINY_POLICY_ROOT).resolve()
     if not path.resolve().is_relative_to(root):
         raise FileNotFoundError(
-            f"model_name_or_path {model_name_or_path} does not exist, and data.tiny builds a fresh (untrained) tiny "
+            f"model_name_or_path {model_name_or_path} does not exist, and model.tiny builds a fresh (untrained) tiny "
             f"policy only into a new folder under {TINY_POLICY_ROOT}/: give an existing model directory, or "
             f"{TINY_POLICY_ROOT}/<name> to build one there")
 

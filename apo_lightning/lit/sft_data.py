@@ -7,8 +7,8 @@ demonstrations in length-grouped batches (each pass reshuffled with a seed deriv
 takes every ``world_size``-th batch). Like the RL stream, the course is a ``streams.StepStream``: sized, made as
 Lightning asks, and resumable from any checkpoint.
 
-The demonstrations are built once (rank 0, ``prepare_data``; ``lit.demos``), rendered and tokenized by the same
-rollout engine that RL samples with, so the token layout is identical, and cached under ``cache_dir``. Validation:
+The demonstrations are built in ``setup`` (``lit.demos``), rendered and tokenized by the same rollout engine that RL
+samples with, so the token layout is identical, and cached under ``cache_dir``. Validation:
 the loss on held-out demonstrations, greedy episodes on validation goals, and (with drills) exact-copy accuracy on
 drills of held-out goals, each from its own loader.
 
@@ -33,7 +33,6 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from ..baselines.drills import DRILL_PAGES, TurnDrills
 from ..models.loading import tokenizer_folder
-from ..models.tiny import TinyPolicySpec
 from ..rollout.chat import ChatFormat
 from ..rollout.collate import pad_batch
 from ..rollout.engine import RolloutEngine
@@ -41,7 +40,7 @@ from ..utils.seeds import derive_seed
 from ..utils.settings import check_settings
 from ..webshop.settings import EnvConfig
 from .demos import DemoNoise, demonstration_cache, load_demonstrations
-from .settings import WebShopDataModule, ensure_policy
+from .settings import WebShopDataModule
 from .streams import ChunkStream, StepStream
 
 log = logging.getLogger(__name__)
@@ -92,9 +91,6 @@ class SFTDataModule(WebShopDataModule):
         chat: the prompt format (must match the one RL uses later).
         model_name_or_path: the policy to fine-tune, as ``models.loading.load_policy`` takes it (its tokenizer,
             ``models.loading.tokenizer_folder``, tokenizes everything; linked from the module).
-        tiny: build a fresh (untrained) tiny policy into ``model_name_or_path`` when it does not exist, which must
-            then be a new folder under ``data/models/`` (``settings.check_policy``: any other missing path is an
-            error).
         seed: the run seed (linked from ``seed_everything``): drill draws and demonstration order.
         drills: turn drills at the start of the course.
         num_demos: demonstrations from the first training goals (only successful ones are kept).
@@ -115,7 +111,7 @@ class SFTDataModule(WebShopDataModule):
     """
 
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
-                 model_name_or_path: str = "data/models/tiny-init", tiny: TinyPolicySpec | None = None, seed: int = 0,
+                 model_name_or_path: str = "data/models/tiny-init", seed: int = 0,
                  drills: DrillSettings = DrillSettings(), num_demos: int = 2000, demo_epochs: int = 1,
                  num_val_demos: int = 64, batch_size: int = 4, val_goals: int = 32, eval_batch_size: int = 32,
                  max_new_tokens: int = 64, demo_noise: DemoNoise = DemoNoise(), cache_dir: str = "data/sft",
@@ -128,7 +124,6 @@ class SFTDataModule(WebShopDataModule):
         self.env = env
         self.chat = chat
         self.model_name_or_path = model_name_or_path
-        self.tiny = tiny
         self.seed = seed
         self.drills = drills
         self.num_demos = num_demos
@@ -151,7 +146,7 @@ class SFTDataModule(WebShopDataModule):
     @cached_property
     def tokenizer_dir(self) -> str:
         """The folder of the policy's tokenizer: a model directory, an adapter folder or its base
-        (``models.loading.tokenizer_folder``; resolved once, after ``prepare_data`` made the policy)."""
+        (``models.loading.tokenizer_folder``; resolved once, after the module's ``prepare_data`` made the policy)."""
         return tokenizer_folder(self.model_name_or_path)
 
     def _demonstrations(self) -> tuple[list[Path], Path]:
@@ -166,12 +161,11 @@ class SFTDataModule(WebShopDataModule):
                                   {"val": self.env.split("val")[: self.num_val_demos]}, self.max_new_tokens)
         return train, val
 
-    def prepare_data(self) -> None:
-        """Once per machine: build the tiny policy (untrained) if asked, and the demonstrations if not cached."""
-        ensure_policy(self.model_name_or_path, self.tiny, self.env, self.chat)
-        self._demonstrations()
-
     def setup(self, stage: str | None = None) -> None:
+        """The demonstrations (built, or found in the cache: ``_demonstrations``), the policy's tokenizer and the
+        drill sources. Every process builds a missing demonstration file itself, the same file (atomic writes), so
+        none waits on another; they are tokenized with the policy's tokenizer, which exists only after the module's
+        ``prepare_data`` (a fresh tiny policy)."""
         train, val = self._demonstrations()
         self.train_passes = [sets["train"] + sets.get("recorded", []) for sets in map(load_demonstrations, train)]
         self.train_examples = self.train_passes[0]  # the first pass's (every pass's without env.vary_wording)

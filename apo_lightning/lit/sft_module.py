@@ -22,9 +22,10 @@ from transformers import get_wsd_schedule
 from ..apo.logprobs import generated_nll
 from ..models.loading import export_policy
 from ..models.lora import LoraSettings
+from ..models.tiny import TinyPolicySpec
 from ..utils.settings import check_settings
 from .rl_module import DType
-from .settings import CheckedResume, load_start
+from .settings import CheckedResume, ensure_policy, load_start
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ class SFTModule(CheckedResume, LightningModule):
     Args:
         model_name_or_path: the policy to start from (a model directory, hub id, 'smollm2-135m-instruct' or an adapter
             folder over one of these).
+        tiny: build a fresh (untrained) tiny policy into ``model_name_or_path`` when it does not exist, which must
+            then be a new folder under ``data/models/`` (``settings.check_policy``: any other missing path is an
+            error).
         export_dir: where the fine-tuned policy is saved at the end of ``fit`` (π_ref): a model directory, or with
             LoRA an adapter folder (``adapter_config.json``, ``adapter_model.safetensors`` and the tokenizer files).
         learning_rate: AdamW peak learning rate.
@@ -63,7 +67,7 @@ class SFTModule(CheckedResume, LightningModule):
     RESUME_CHECKS = {"model": "model_sha256", "lora": "lora"}
     START_CHECKS = ("model", "lora")
 
-    def __init__(self, model_name_or_path: str = "data/models/tiny-init",
+    def __init__(self, model_name_or_path: str = "data/models/tiny-init", tiny: TinyPolicySpec | None = None,
                  export_dir: str | None = "data/models/tiny-sft", learning_rate: float = 2e-3,
                  weight_decay: float = 0.01, warmup_steps: int = 20, constant_steps: int = 0,
                  dtype: DType = "float32", export_dtype: DType | None = None, lora: LoraSettings = LoraSettings(),
@@ -75,11 +79,18 @@ class SFTModule(CheckedResume, LightningModule):
                                ("constant_steps", constant_steps)))])
         self.save_hyperparameters()
         self.lora_config = lora
+        self.tiny = tiny
         self.policy = None
         self.tokenizer = None
         self.model_sha256: str | None = None  # of the starting weights as loaded (configure_model), 16 hex digits
         self.val_loss = MeanMetric()
         self.val_success, self.val_score, self.val_invalid = MeanMetric(), MeanMetric(), MeanMetric()
+
+    def prepare_data(self) -> None:
+        """Once per machine: build the (untrained) tiny policy if ``tiny`` asks for one and it is missing (its
+        tokenizer learns the data module's catalog and prompt format: ``settings.ensure_policy``)."""
+        data = self.trainer.datamodule
+        ensure_policy(self.hparams.model_name_or_path, self.tiny, data.env, data.chat)
 
     def configure_model(self) -> None:
         """Load the policy to train (``models.lora.load_for_training``; an adapter folder's own adapter is not kept).

@@ -97,7 +97,11 @@ class TinyPolicySpec:
 
     def __post_init__(self) -> None:
         least_vocab = 256 + len(SPECIAL_TOKENS)  # the byte alphabet and the special tokens
+        sizes = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
+                 "max_position_embeddings")
+        check_settings("tiny.", [(name, getattr(self, name), getattr(self, name) >= 1, ">= 1") for name in sizes])
         check_settings("tiny.", [
+            ("corpus_goals", self.corpus_goals, self.corpus_goals >= 0, ">= 0"),
             ("hidden_size", self.hidden_size, self.hidden_size % self.num_heads == 0,
              f"divisible by num_heads ({self.num_heads})"),
             ("num_heads", self.num_heads, self.num_heads % self.num_kv_heads == 0,
