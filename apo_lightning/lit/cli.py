@@ -6,9 +6,10 @@
     python cli.py fit --config configs/quickstart.yaml --print_config
 
 Values two components share are linked, so a config states them once: the policy path (module → SFT data module,
-which tokenizes demonstrations with its tokenizer), the run seed (``seed_everything`` → the data module, which derives every sampling seed from it), the objective (module →
-data module: whether stage 1 runs, how many rollouts a goal gets), and the SFT drill steps (data module → module:
-the learning-rate plateau). ``--run_name`` names a run's outputs in one place (``lit.outputs``).
+which tokenizes demonstrations with its tokenizer), the run seed (``seed_everything`` → the data module, which derives
+every sampling seed from it), the objective (module → data module: whether stage 1 runs, how many rollouts a goal
+gets), and the SFT drill steps (data module → module: the learning-rate plateau). ``--run_name`` names a run's
+outputs in one place (``lit.outputs``).
 
 The command line's other jobs each have a module: the parser (``lit.parser``), whose ``fit --config CONFIG --help``
 lists the config's settings one line each (``lit.help``; ``--help=full``: jsonargparse's help with every Trainer flag)

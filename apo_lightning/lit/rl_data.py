@@ -117,7 +117,8 @@ class WebShopRLDataModule(WebShopDataModule):
     """
 
     def __init__(self, env: EnvConfig = EnvConfig(), chat: ChatFormat = ChatFormat(),
-                 reward: RewardSettings = RewardSettings(), seed: int = 0, objective: Objective = APO(), batch_size: int = 16, train_goals: int = 0,
+                 reward: RewardSettings = RewardSettings(), seed: int = 0, objective: Objective = APO(),
+                 batch_size: int = 16, train_goals: int = 0,
                  train_goal_indices: list[int] | None = None, steps_per_epoch: int = 50, val_goals: int = 64,
                  train_eval_goals: int = 0, test_goals: int = 0, eval_batch_size: int = 32,
                  rollout: RolloutSettings = RolloutSettings(), vstar: VStarConfig = VStarConfig()):

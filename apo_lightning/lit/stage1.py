@@ -109,8 +109,8 @@ class Stage1:
 
         β1 is not a part: the cache stores the N rewards per goal, and V* is recomputed from them for the β1 a run
         asks for. The sampler is a part: its backend, and with vLLM its dtype (the "hf" decoder samples π_ref in the
-        dtype its weights were loaded in, which ``reference_hash`` covers). The env, prompt and reward settings are parts, every one of them (with the env's ``vary_wording``
-        the draws derive from the run seed, a part).
+        dtype its weights were loaded in, which ``reference_hash`` covers). The env, prompt and reward settings are
+        parts, every one of them (with the env's ``vary_wording`` the draws derive from the run seed, a part).
         """
         return {
             "reference": reference_hash,
