@@ -717,6 +717,29 @@ def test_fewer_evaluation_goals_than_processes_are_refused_by_name():
     assert len(data.val_dataloader()) == 1  # 2 goals, 2 processes: one each
 
 
+def test_sft_validation_too_small_for_the_processes_is_refused_by_name():
+    """The SFT course's validation too: a process with no batch of demonstrations or no goal would stop the
+    others, so the setting that is too small is named."""
+    from apo_lightning.lit.sft_data import SFTDataModule
+    from apo_lightning.webshop.settings import EnvConfig
+
+    data = SFTDataModule(env=EnvConfig(data_dir="synthetic", max_steps=3), batch_size=4, num_val_demos=3, val_goals=2)
+    data.trainer = SimpleNamespace(world_size=2, global_rank=1)
+    data.val_examples = [{}] * 3  # one batch of demonstrations for two processes
+    with pytest.raises(SettingError, match=r"^data.num_val_demos must give each of the 2 processes a batch \(more than "
+                                           r"4 successful demonstrations at data.batch_size 4\), got 3 goals with 3 "
+                                           r"successful demonstrations$"):
+        data.val_dataloader()
+    data.val_examples, data.val_goals = [{}] * 5, 1  # two batches of demonstrations, one goal
+    with pytest.raises(SettingError, match=r"^data.val_goals must be 0 or at least the number of processes \(2\), "
+                                           r"got 1 goals$"):
+        data.val_dataloader()
+    data.val_goals = 2
+    assert [len(loader) for loader in data.val_dataloader()] == [1, 1]  # one batch and one goal each
+    data.val_examples, data.val_goals = [], 0  # no validation demonstrations or episodes: allowed
+    assert [len(loader) for loader in data.val_dataloader()] == [0, 0]
+
+
 def test_train_goal_indices_fix_the_training_goals_and_refuse_goals_outside_the_train_split():
     from apo_lightning.webshop.settings import EnvConfig
 

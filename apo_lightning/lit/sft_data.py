@@ -40,7 +40,7 @@ from ..utils.seeds import derive_seed
 from ..utils.settings import check_settings
 from ..webshop.settings import EnvConfig
 from .demos import DemoNoise, demonstration_cache, load_demonstrations
-from .settings import WebShopDataModule
+from .settings import SettingError, WebShopDataModule
 from .streams import ChunkStream, StepStream
 
 log = logging.getLogger(__name__)
@@ -247,11 +247,24 @@ class SFTDataModule(WebShopDataModule):
                                         for _ in range(self.drills.checks_per_kind)] for kind in kinds}}
 
     def val_dataloader(self) -> list:
-        """Loader 0: held-out demonstrations (loss); 1: greedy episodes on validation goals; 2: drill checks."""
+        """Loader 0: held-out demonstrations (loss); 1: greedy episodes on validation goals; 2: drill checks.
+
+        Raises:
+            SettingError: some but not all processes would get a batch of demonstrations or a validation goal (a
+                process with an empty loader would stop the others), named by the setting that is too small.
+        """
         demos = [self.val_examples[i:i + self.batch_size] for i in range(0, len(self.val_examples), self.batch_size)]
+        goals = self.env.split("val")[: self.val_goals]
+        if 0 < len(demos) < self.world_size:
+            raise SettingError(f"data.num_val_demos must give each of the {self.world_size} processes a batch (more "
+                               f"than {(self.world_size - 1) * self.batch_size} successful demonstrations at "
+                               f"data.batch_size {self.batch_size}), got {self.num_val_demos} goals with "
+                               f"{len(self.val_examples)} successful demonstrations")
+        if 0 < len(goals) < self.world_size:
+            raise SettingError(f"data.val_goals must be 0 or at least the number of processes ({self.world_size}), "
+                               f"got {len(goals)} goals")
         loaders: list = [ChunkStream(demos[self.rank::self.world_size], 1,
                                      lambda chunk: pad_batch(chunk[0], self.tokenizer.pad_token_id))]
-        goals = self.env.split("val")[: self.val_goals]
         loaders.append(ChunkStream(goals[self.rank::self.world_size], self.eval_batch_size, self._rollout_batch))
         if self.drills.steps and self.drills.checks_per_kind:
             loaders.append(ChunkStream([list(DRILL_PAGES)], 1, lambda chunk: self._drill_check_batch(chunk[0])))
