@@ -87,10 +87,11 @@ class SFTModule(CheckedResume, LightningModule):
         self.val_success, self.val_score, self.val_invalid = MeanMetric(), MeanMetric(), MeanMetric()
 
     def prepare_data(self) -> None:
-        """Once per machine: build the (untrained) tiny policy if ``tiny`` asks for one and it is missing (its
-        tokenizer learns the data module's catalog and prompt format: ``settings.ensure_policy``)."""
-        data = self.trainer.datamodule
-        ensure_policy(self.hparams.model_name_or_path, self.tiny, data.env, data.chat)
+        """Once per machine, with ``tiny``: build the (untrained) tiny policy if it is missing (its tokenizer learns
+        the data module's catalog and prompt format: ``settings.ensure_policy``)."""
+        if self.tiny is not None:
+            data = self.trainer.datamodule
+            ensure_policy(self.hparams.model_name_or_path, self.tiny, data.env, data.chat)
 
     def configure_model(self) -> None:
         """Load the policy to train (``models.lora.load_for_training``; an adapter folder's own adapter is not kept).
