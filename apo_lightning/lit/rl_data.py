@@ -40,7 +40,7 @@ from ..utils.seeds import derive_seed
 from ..utils.settings import check_settings
 from ..webshop.settings import EnvConfig, RewardSettings
 from .sampler import Sampler
-from .settings import SettingError, WebShopDataModule
+from .settings import WebShopDataModule
 from .stage1 import Stage1, VStarConfig
 from .streams import ChunkStream, StepStream
 
@@ -269,17 +269,13 @@ class WebShopRLDataModule(WebShopDataModule):
         return {"trajectories": self._sampler().greedy_trajectories(goals, self.trainer.global_step)}
 
     def _eval_loader(self, goals: list[int], limit: int, setting: str) -> ChunkStream:
-        """This rank's share (every ``world_size``-th) of the first ``limit`` of ``goals`` (0 = all).
+        """This rank's share (``goal_share``) of the first ``limit`` of ``goals`` (0 = all).
 
         Raises:
-            SettingError: fewer goals than processes (a process with no goals would stop the others), named by
-                ``setting`` (printed by the CLI as one line).
+            SettingError: fewer goals than processes, named by ``setting`` (``goal_share``).
         """
         goals = goals[:limit] if limit else goals
-        if len(goals) < self.world_size:
-            raise SettingError(f"data.{setting} must be at least the number of processes ({self.world_size}), got "
-                               f"{len(goals)} goals")
-        return ChunkStream(goals[self.rank::self.world_size], self.eval_batch_size, self.eval_batch)
+        return ChunkStream(self.goal_share(goals, setting), self.eval_batch_size, self.eval_batch)
 
     def val_dataloader(self) -> ChunkStream | list[ChunkStream]:
         """The validation goals; with ``train_eval_goals`` also the training pool's first goals (loader 1)."""

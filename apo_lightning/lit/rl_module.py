@@ -127,11 +127,8 @@ class WebShopRLModule(CheckedResume, LightningModule):
 
     # ------------------------------------------------------------------------------------------------ models
     def prepare_data(self) -> None:
-        """Once per machine, with ``tiny``: build the (untrained) tiny policy if it is missing (its tokenizer learns
-        the data module's catalog and prompt format: ``settings.ensure_policy``)."""
-        if self.tiny is not None:
-            data = self.trainer.datamodule
-            ensure_policy(self.hparams.model_name_or_path, self.tiny, data.env, data.chat)
+        """Once per machine: the policy exists, or with ``tiny`` is built (``settings.ensure_policy``)."""
+        ensure_policy(self.hparams.model_name_or_path, self.tiny, self.trainer.datamodule)
 
     def configure_model(self) -> None:
         """Load the policy and π_ref (the module docstring's cases).

@@ -143,10 +143,12 @@ def load_start(model_name_or_path: str, lora: LoraSettings, dtype: str, keep_ref
 
 
 class WebShopDataModule(LightningDataModule):
-    """What every data module of this project shares: its rank and world size, the catalog, and moving a batch dict
-    to the device (trajectories and other Python objects stay as they are). Subclasses set ``self.env``."""
+    """What every data module of this project shares: its rank and world size, the catalog, each process's share of
+    the evaluation goals, and moving a batch dict to the device (trajectories and other Python objects stay as they
+    are). Subclasses set ``self.env`` and ``self.chat``."""
 
     env: EnvConfig
+    chat: ChatFormat
 
     @property
     def rank(self) -> int:
@@ -160,6 +162,20 @@ class WebShopDataModule(LightningDataModule):
     def shop(self) -> WebShop:
         """The catalog (goals, products, prices) the episodes run in."""
         return self.env.shop()
+
+    def goal_share(self, goals: list[int], setting: str, zero_is_off: bool = False) -> list[int]:
+        """This process's share of ``goals`` (every ``world_size``-th, from its rank).
+
+        Raises:
+            SettingError: fewer goals than processes (a process with no goals would stop the others; with
+                ``zero_is_off``, no goals at all are allowed: the setting at 0 turns the loader off), named by
+                ``setting`` (printed by the CLI as one line).
+        """
+        if len(goals) < self.world_size and not (zero_is_off and not goals):
+            zero = "0 or " if zero_is_off else ""
+            raise SettingError(f"data.{setting} must be {zero}at least the number of processes ({self.world_size}), "
+                               f"got {len(goals)} goals")
+        return goals[self.rank::self.world_size]
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
         if isinstance(batch, dict):
@@ -201,9 +217,10 @@ def check_policy(model_name_or_path: str, tiny: TinyPolicySpec | None) -> None:
             f"{TINY_POLICY_ROOT}/<name> to build one there")
 
 
-def ensure_policy(model_name_or_path: str, tiny: TinyPolicySpec | None, env: EnvConfig, chat: ChatFormat) -> None:
+def ensure_policy(model_name_or_path: str, tiny: TinyPolicySpec | None, data: WebShopDataModule | None) -> None:
     """Make sure the policy directory exists: with ``tiny`` set, build the (untrained) tiny policy into a missing
-    folder under ``data/models/`` (or check that an existing one is that tiny build, ``ensure_tiny_policy``).
+    folder under ``data/models/`` (or check that an existing one is that tiny build, ``ensure_tiny_policy``); its
+    tokenizer learns the catalog and prompt format of ``data``, the run's data module (read only with ``tiny``).
 
     Raises:
         FileNotFoundError: see :func:`check_policy`.
@@ -211,4 +228,4 @@ def ensure_policy(model_name_or_path: str, tiny: TinyPolicySpec | None, env: Env
     """
     check_policy(model_name_or_path, tiny)
     if tiny is not None:
-        ensure_tiny_policy(Path(model_name_or_path), tiny, env.shop(), chat, env.split("train"))
+        ensure_tiny_policy(Path(model_name_or_path), tiny, data.shop, data.chat, data.env.split("train"))

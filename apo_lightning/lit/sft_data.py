@@ -260,12 +260,10 @@ class SFTDataModule(WebShopDataModule):
                                f"than {(self.world_size - 1) * self.batch_size} successful demonstrations at "
                                f"data.batch_size {self.batch_size}), got {self.num_val_demos} goals with "
                                f"{len(self.val_examples)} successful demonstrations")
-        if 0 < len(goals) < self.world_size:
-            raise SettingError(f"data.val_goals must be 0 or at least the number of processes ({self.world_size}), "
-                               f"got {len(goals)} goals")
         loaders: list = [ChunkStream(demos[self.rank::self.world_size], 1,
-                                     lambda chunk: pad_batch(chunk[0], self.tokenizer.pad_token_id))]
-        loaders.append(ChunkStream(goals[self.rank::self.world_size], self.eval_batch_size, self._rollout_batch))
+                                     lambda chunk: pad_batch(chunk[0], self.tokenizer.pad_token_id)),
+                         ChunkStream(self.goal_share(goals, "val_goals", zero_is_off=True), self.eval_batch_size,
+                                     self._rollout_batch)]
         if self.drills.steps and self.drills.checks_per_kind:
             loaders.append(ChunkStream([list(DRILL_PAGES)], 1, lambda chunk: self._drill_check_batch(chunk[0])))
         return loaders

@@ -87,11 +87,8 @@ class SFTModule(CheckedResume, LightningModule):
         self.val_success, self.val_score, self.val_invalid = MeanMetric(), MeanMetric(), MeanMetric()
 
     def prepare_data(self) -> None:
-        """Once per machine, with ``tiny``: build the (untrained) tiny policy if it is missing (its tokenizer learns
-        the data module's catalog and prompt format: ``settings.ensure_policy``)."""
-        if self.tiny is not None:
-            data = self.trainer.datamodule
-            ensure_policy(self.hparams.model_name_or_path, self.tiny, data.env, data.chat)
+        """Once per machine: the policy exists, or with ``tiny`` is built (``settings.ensure_policy``)."""
+        ensure_policy(self.hparams.model_name_or_path, self.tiny, self.trainer.datamodule)
 
     def configure_model(self) -> None:
         """Load the policy to train (``models.lora.load_for_training``; an adapter folder's own adapter is not kept).
